@@ -1,0 +1,54 @@
+# shopdistill: the commands a reviewer needs. Everything runs with the project's own .venv.
+#   make env          create .venv (python3.11) and install the pinned project; skipped when pyproject is unchanged
+#   make test         nbdev-test (every notebook, flagged cells skipped) then pytest
+#   make check-sync   CI only: notebooks are clean and the library is what they export
+#   make reproduce    run the chapters: PROFILE=smoke (default) | full, ONLY="01 03", FLAGS="slow gpu", FORCE=1
+#   make clean-runs   delete runs/ (executed notebooks, manifests, outputs of every profile)
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+# holds the sha256 of the pyproject.toml that .venv was installed from
+ENV_STAMP := .env-stamp
+
+PROFILE ?= smoke
+ONLY ?=
+FLAGS ?=
+FORCE ?=
+# pytest leaves out the notebook runner: nbdev-test has just run every notebook
+PYTEST_ARGS ?= --ignore=tests/test_notebooks.py
+
+.PHONY: env test check-sync reproduce clean-runs
+
+env:
+	@want=$$(sha256sum pyproject.toml | cut -d' ' -f1); \
+	if [ -x $(BIN)/python ] && [ "$$(cat $(ENV_STAMP) 2>/dev/null)" = "$$want" ]; then \
+		echo "env: .venv is up to date with pyproject.toml"; \
+	else \
+		[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV); \
+		$(BIN)/pip install --quiet torch==2.13.0; \
+		$(BIN)/pip install --quiet -e ".[dev]"; \
+		echo "$$want" > $(ENV_STAMP); \
+	fi
+
+test: env
+	$(BIN)/nbdev-test
+	@rc=0; $(BIN)/pytest $(PYTEST_ARGS) || rc=$$?; \
+	if [ $$rc -eq 5 ] && ! ls tests/test_*.py 2>/dev/null | grep -qv test_notebooks.py; then \
+		echo "pytest: no test files besides the notebook runner yet; nothing to run"; rc=0; \
+	fi; \
+	exit $$rc
+
+check-sync: env
+	$(BIN)/nbdev-clean
+	git diff --exit-code -- nbs || { echo "check-sync: notebooks are not clean: run nbdev-clean and commit"; exit 1; }
+	$(BIN)/nbdev-export
+	git diff --exit-code -- shopdistill || { echo "check-sync: shopdistill/ differs from what the notebooks export: run nbdev-export and commit"; exit 1; }
+
+reproduce: env
+	$(BIN)/shopdistill reproduce --profile $(PROFILE) $(if $(ONLY),--only $(ONLY)) $(if $(FLAGS),--flags "$(FLAGS)") $(if $(FORCE),--force)
+
+clean-runs:
+	rm -rf runs
