@@ -106,3 +106,6 @@ def main(argv=None) -> int:
         if args.traceback: raise
         print(f"shopdistill {args.command}: error: {e}", file=sys.stderr)
         return 2 if isinstance(e, UsageError) else 1
+
+# %% ../nbs/99_reproduce.ipynb #78c1d550
+if __name__ == "__main__": sys.exit(main())  # `python -m shopdistill.cli`, for environments without the console script

@@ -23,6 +23,7 @@ def _as_id_string(product_ids) -> str:
 class ShoppingEnv:
     "One ShoppingBench episode; the public methods are the agent's tools."
     _default_engine = None
+    _TOOL_NAMES = TOOL_NAMES
 
     def __init__(self, engine=None, step_cap: int = STEP_CAP["upstream"], scorer: str = "production_strict"):
         self._engine = engine if engine is not None else ShoppingEnv._default_engine
@@ -36,8 +37,11 @@ class ShoppingEnv:
         return partial(cls, engine, **kw)
 
     def reset(self, **task) -> str | None:
-        "Start an episode on `task`; the gold answer stays inside the environment."
-        self._task = task or None
+        """Start an episode on `task` (a task dict, or a dataset row holding one); the gold answer stays inside.
+
+        A row without a `reward` (a bare query) runs unscored: `get_reward` is then 0."""
+        from shopdistill.tasks import normalise_task
+        self._task = normalise_task(task) if task.get("reward") is not None else None
         self._steps, self._recommendation, self._status, self._log = 0, None, None, []
         return None
 
@@ -93,8 +97,7 @@ class ShoppingEnv:
     def _done(self) -> bool: return self._status is not None or self._steps >= self._step_cap
 
     def _tools(self) -> dict:
-        names = TOOL_NAMES + (HELPER_TOOL_NAMES if isinstance(self, OroShoppingEnv) else ())
-        return {n: getattr(self, n) for n in names}
+        return {n: getattr(self, n) for n in self._TOOL_NAMES}
 
     def _call(self, name: str, arguments) -> str:
         """Run one tool call as an agent emitted it; always returns an observation, never raises.
@@ -135,15 +138,15 @@ def episode_state(env: ShoppingEnv) -> dict:
     return {"steps": env._steps, "recommendation": env._recommendation, "status": env._status,
             "done": env._done, "log": list(env._log)}
 
-# %% ../nbs/01_shopping_sandbox.ipynb #12c603e8
+# %% ../nbs/01_shopping_sandbox.ipynb #c0669960
 def tool_schemas(env_cls=None) -> list[dict]:
     "The JSON schemas of an environment class's tools, as TRL and the chat template see them (alphabetical)."
     from transformers.utils import get_json_schema
     env_cls = env_cls or ShoppingEnv
-    names = sorted(TOOL_NAMES + (HELPER_TOOL_NAMES if issubclass(env_cls, OroShoppingEnv) else ()))
+    names = sorted(env_cls._TOOL_NAMES)
     return [get_json_schema(getattr(env_cls, n)) for n in names]
 
-# %% ../nbs/01_shopping_sandbox.ipynb #c0669960
+# %% ../nbs/01_shopping_sandbox.ipynb #be559fd0
 def _parse_constraints(text: str) -> dict:
     "'price=100-500; service=COD,official; color_family=black' -> {'price': '100-500', ...}"
     out = {}
@@ -156,6 +159,7 @@ def _parse_constraints(text: str) -> dict:
 
 class OroShoppingEnv(ShoppingEnv):
     "The 7-tool harness: the four tools plus ORO's three helpers."
+    _TOOL_NAMES = TOOL_NAMES + HELPER_TOOL_NAMES
 
     def check_product_match(self, product_id: str, constraints: str) -> str:
         """Check one product against constraints; reports which hold.
