@@ -207,20 +207,20 @@ class OroShoppingEnv(ShoppingEnv):
 
         Args:
             prices: Comma-separated item prices.
-            threshold: The voucher applies only when the total exceeds this amount.
+            threshold: The voucher applies only when the total reaches this amount.
             discount_type: "fixed" or "percentage".
             value: The fixed discount, or the percentage (e.g. 20 for 20%).
             cap: The largest discount a percentage voucher gives.
             budget: The shopper's budget.
         """
+        from shopdistill.scoring import price_after_voucher
         try:
             total = sum(float(x) for x in str(prices).split(",") if x.strip())
+            if discount_type not in ("fixed", "percentage"): return f"Error: discount_type must be 'fixed' or 'percentage', got {discount_type!r}."
+            pct = float(value) / 100 if float(value) > 1 else float(value)
+            v = {"discount_type": discount_type, "face_value": float(value), "discount": pct, "cap": float("inf") if cap is None else float(cap)}
             applies = total >= float(threshold)
-            if discount_type == "fixed": after = total - float(value) if applies else total
-            elif discount_type == "percentage":
-                d = float(value) / 100 if float(value) > 1 else float(value)
-                after = max(total * (1 - d), total - float(cap)) if (applies and cap is not None) else (total * (1 - d) if applies else total)
-            else: return f"Error: discount_type must be 'fixed' or 'percentage', got {discount_type!r}."
+            after = price_after_voucher(total, v) if applies else total
         except (TypeError, ValueError) as e:
             return f"Error: calculate_voucher could not read its numbers: {e}"
         out = {"total": round(total, 2), "voucher_applies": applies, "price_after_voucher": round(after, 2)}

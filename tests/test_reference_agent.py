@@ -5,7 +5,7 @@ import pytest
 
 from shopdistill.catalog import Catalog, generate_catalog
 from shopdistill.env import ShoppingEnv, episode_state
-from shopdistill.reference_agent import ReferenceAgent, parse_price, parse_services, parse_voucher, price_after_voucher, split_items
+from shopdistill.reference_agent import ReferenceAgent, basket_cost, parse_price, parse_services, parse_voucher, split_items
 from shopdistill.scoring import score_task
 from shopdistill.search import SearchEngine
 from shopdistill.tasks import synthesize_tasks
@@ -62,7 +62,9 @@ def test_parsing():
     q = ("Items.\n\nMy budget is only `563`, but I have a voucher with the following rules:\n1. The voucher applies only to products from the same shop.\n"
          "2. It is valid only when the total price of the products exceeds `296`.\n3. It provides a percentage discount of `26%` with a cap of `163`.")
     v = parse_voucher(q)
-    assert v["type"] == "percentage" and v["value"] == pytest.approx(0.26) and v["cap"] == 163 and v["threshold"] == 296
-    assert price_after_voucher(600, v) == pytest.approx(max(600 * 0.74, 600 - 163))
-    assert price_after_voucher(200, v) == 200  # below the threshold
+    assert v["voucher_type"] == "shop" and v["discount_type"] == "percentage" and v["discount"] == pytest.approx(0.26)
+    assert v["cap"] == 163 and v["threshold"] == 296 and v["budget"] == 563
+    assert basket_cost([400, 200], 1, v) == pytest.approx(max(600 * 0.74, 600 - 163))
+    assert basket_cost([400, 200], 2, v) == 600  # a shop voucher needs one shop
+    assert basket_cost([150, 50], 1, v) == 200  # below the threshold
     assert split_items("Looking for a shop: First, a belt in brown. Second, a tactical belt. Lastly, a pure leather belt.")[2].strip().startswith("a pure leather belt")
