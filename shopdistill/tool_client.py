@@ -8,7 +8,7 @@ import json, math, os, random, time, urllib.error, urllib.parse, urllib.request
 from contextlib import contextmanager
 
 from .envelope import INFERENCE_PATH
-from .env import ShoppingEnv, _as_id_string
+from .env import ShoppingEnv
 
 SEARCH_TOOLS = ("find_product", "view_product_information", "get_product_raw")
 MODEL_NAME = "simulated/chat-32b"  # the allow-listed model of the simulation (a name, not a download)
@@ -37,6 +37,12 @@ class WallClock:
     "Real milliseconds (external agents): time passes by itself."
     def now_ms(self) -> int: return int(time.time() * 1000)
     def advance(self, ms: float): pass
+
+
+def _as_id_string(product_ids) -> str:
+    "Comma-joined ids: a list where a string is expected is accepted by the reading tools, as upstream does."
+    if isinstance(product_ids, (list, tuple)): return ",".join(str(x) for x in product_ids)
+    return "" if product_ids is None else str(product_ids)
 
 
 def count_tokens(text: str) -> int:
@@ -187,12 +193,13 @@ class InProcessToolClient(ToolClient):
         return self.simulate_inference(messages[-1].get("content", "") if messages else "", reply, max_tokens)
 
     def simulate_inference(self, prompt: str, completion: str, max_tokens: int = 1024, retries: int = 2,
-                           tokens_per_s: float = 45.0) -> str:
-        """Log one model call whose `completion` the simulation wrote: token counts, latency, and failures with retries.
-        Raises InferenceError when every attempt failed."""
+                           tokens_per_s: float = 45.0, reasoning_tokens: int = 0) -> str:
+        """Log one model call whose `completion` the simulation wrote (plus `reasoning_tokens` of hidden reasoning, billed
+        and timed but not returned): token counts, latency, and failures with retries. Raises InferenceError when every
+        attempt failed."""
         for attempt in range(retries + 1):
             self.check_deadline()
-            pt, ct = count_tokens(prompt), count_tokens(completion)
+            pt, ct = count_tokens(prompt), count_tokens(completion) + int(reasoning_tokens)
             t0 = self.clock.now_ms()
             failed = self.rng.random() < self.inference_failure_rate
             dur = (150 + self.rng.expovariate(1 / 120)) + (0 if failed else 1000 * ct / tokens_per_s)
@@ -206,7 +213,9 @@ class InProcessToolClient(ToolClient):
                                 {"error": {"type": "overloaded", "message": "the model is overloaded, retry"}})
                 self.clock.advance(500 * (attempt + 1))  # back off before retrying
                 continue
-            resp = {"usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}, "model": self.model,
+            usage = {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}
+            if reasoning_tokens: usage["completion_tokens_details"] = {"reasoning_tokens": int(reasoning_tokens)}
+            resp = {"usage": usage, "model": self.model,
                     "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": completion}}]}
             self.log.record("inference", "POST", INFERENCE_PATH, t0, dur, 200, None, body, resp)
             return completion

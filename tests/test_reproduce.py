@@ -121,7 +121,7 @@ def test_manifest_records_versions_seeds_and_timings(project):
     assert {"shopdistill", "numpy", "torch", "transformers", "trl", "datasets", "papermill", "nbdev"} <= set(m["packages"])
     assert m["packages"]["papermill"] and m["packages"]["nbdev"]
     assert m["seeds"] == {"seed": 7, "catalog.seed": 3, "tasks.seed": 0, "agent.seed": 0}
-    assert m["profile"] == "tiny" and m["config"]["file"] == "configs/tiny.yaml" and m["flags"] == []
+    assert m["profile"] == "tiny" and m["config"]["file"] == "configs/tiny.yaml" and m["flags"] == ["reproduce"]  # always on in a reproduction
     for name, entry in m["notebooks"].items():
         assert entry["status"] == "executed" and entry["seconds"] >= 0 and len(entry["key"]) == 64
         assert entry["output"] == f"{name}.ipynb"

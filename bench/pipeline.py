@@ -1,0 +1,221 @@
+"""Throughput and memory of the corpus pipeline (chapters 03 + 04) at the paper's extract size (146,000 traces).
+
+read -> normalise -> judge (gate proxy) -> filter -> split -> write, as `shopdistill corpus build` runs it, on a synthetic
+firehose, side by side with the naive way on the same files: one process, one record at a time, `json.loads` on each line,
+the same reader, judge and stages, everything kept in memory until the end. Prints a table and the ratios.
+
+The firehose comes from chapter 02's season engine (`simulate_season(..., stop_at_traces=N)` on the smoke sandbox with a
+larger population, as bench/arena.py runs it) and is cached in runs/bench/arena/ (generation is not timed). With
+`--source replicate` it is instead made by copying the smoke firehose's envelopes until N, each copy with fresh trace and
+problem ids (faster, but every copy after the first is a duplicate the filter removes). Usage:
+
+    python bench/pipeline.py [--traces 146000] [--workers 2] [--source season|replicate] [--firehose DIR] [--naive-limit N]
+
+Goal (issue 4): all 146,000 in under 2 minutes on 2 cores, peak memory under 4 GB.
+"""
+import argparse
+import gzip
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def count_traces(firehose: Path) -> int:
+    return sum(1 for p in sorted(firehose.glob("shard-*.jsonl.gz")) for _ in gzip.open(p, "rb"))
+
+
+def trimmed(src: Path, n: int) -> Path:
+    "The first `n` envelopes of firehose `src`, as a firehose next to it (whole shards are linked, the last one cut)."
+    dst = src.parent / f"firehose-{n}"
+    if dst.is_dir() and count_traces(dst) == n: return dst
+    shutil.rmtree(dst, ignore_errors=True)
+    dst.mkdir()
+    left = n
+    for p in sorted(src.glob("shard-*.jsonl.gz")):
+        if left <= 0: break
+        lines = gzip.open(p, "rb").read().splitlines(keepends=True)
+        if len(lines) <= left: os.link(p, dst / p.name)
+        else:
+            with gzip.open(dst / p.name, "wb", compresslevel=6) as f: f.writelines(lines[:left])
+        left -= min(left, len(lines))
+    for extra in ("bank.jsonl",):  # chapter 03 finds the bank one folder up
+        if (src.parent / extra).exists() and not (dst.parent / extra).exists(): shutil.copy(src.parent / extra, dst.parent / extra)
+    return dst
+
+
+def season_firehose(n: int, workers: int, out: Path, profile: str) -> Path:
+    "Chapter 02's season engine until the firehose holds at least `n` traces (cached in `out`); then exactly the first `n`."
+    from dataclasses import replace
+    from shopdistill.config import load_config
+    from shopdistill.season import ArenaTracesSettings, simulate_season
+    if (out / "season.json").is_file() and json.loads((out / "season.json").read_text())["traces"] >= n:
+        return trimmed(out / "firehose", n)
+    base = load_config(profile).section("arena_traces", ArenaTracesSettings)
+    st = replace(base, days=80, miners={"subtask": 14, "agentic": 12, "decoy": 6}, validators=3, eligible_runs=2, workers=workers)
+    t0 = time.time()
+    s = simulate_season(profile, out_dir=out, workers=workers, settings=st, stop_at_traces=n, progress=True)
+    print(f"generated {s['traces']:,} traces with the season engine in {time.time() - t0:.0f} s -> {out}")
+    return trimmed(out / "firehose", n)
+
+
+def replicated_firehose(n: int, src: Path, out: Path, shard_size: int = 5000) -> Path:
+    "The smoke firehose's envelopes copied until `n`, each copy with fresh trace and problem ids (cached in `out`)."
+    fh = out / "firehose"
+    if fh.is_dir() and count_traces(fh) >= n: return fh
+    fh.mkdir(parents=True, exist_ok=True)
+    shutil.copy(src.parent / "bank.jsonl", out / "bank.jsonl")
+    envs = [line for p in sorted(src.glob("shard-*.jsonl.gz")) for line in gzip.open(p, "rt", encoding="utf-8")]
+    k, f = 0, None
+    while k < n:
+        e = json.loads(envs[k % len(envs)])
+        copy = k // len(envs)
+        if copy:
+            e["problem_id"] = f"{e['problem_id']}-r{copy}"
+            for st in e.get("dialogue") or []: st["extra_info"]["problem_id"] = e["problem_id"]
+            e["extract"]["trace_id"] = f"{e['extract']['trace_id']}/r{copy}"
+        if k % shard_size == 0:
+            if f: f.close()
+            f = gzip.open(fh / f"shard-{k // shard_size:05d}.jsonl.gz", "wt", encoding="utf-8", compresslevel=6)
+        f.write(json.dumps(e, ensure_ascii=False) + "\n")
+        k += 1
+    f.close()
+    return fh
+
+
+RUN_PIPELINE = r"""
+import json, resource, sys, time
+from shopdistill.corpus import build_corpus
+t0 = time.time()
+s = build_corpus(sys.argv[1], sys.argv[2], profile=sys.argv[3], workers=int(sys.argv[4]), progress=False, reuse=False)
+wall = time.time() - t0
+print(json.dumps({"wall": wall, "summary": {k: s[k] for k in ("inputs", "trajectories", "funnel", "seconds", "splits")},
+                  "rss_self_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "rss_child_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
+"""
+
+RUN_NAIVE = r"""
+import gzip, json, resource, sys, time
+from pathlib import Path
+import pandas as pd
+from shopdistill.config import load_config
+from shopdistill.corpus import catalog_ids, slim_meta
+from shopdistill.judge import GateProxyJudge
+from shopdistill.normalise import find_problems, resolve_inputs
+from shopdistill.structural_filter import (FilterSettings, TokenCounter, apply_stages, assistant_shingles, load_counter, minhash_signature,
+                                          passes_checks, render_chat, train_bpe, trajectory_features)
+from shopdistill.trajectory import Reject, read_sn15_envelope
+firehose, out, profile, limit = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+t0 = time.time()
+cfg = load_config(profile); s = cfg.section("filter", FilterSettings)
+files = resolve_inputs(firehose); index = find_problems(files); judge = GateProxyJudge(); known = catalog_ids(s.catalog, cfg)
+rows, sigs, trajs, pending, counter, n = [], {}, {}, [], None, 0
+
+def process(t):
+    r = trajectory_features(t, s, known, counter)
+    if passes_checks(r, s): sigs[r["trajectory_id"]] = minhash_signature(assistant_shingles(t, s.near_ngram), s.num_perm, s.minhash_seed)
+    if r["n_tokens"] is not None: trajs[r["trajectory_id"]] = t  # kept in memory until the end
+    rows.append(r)
+
+for path in files:
+    for line_no, line in enumerate(gzip.open(path, "rt", encoding="utf-8"), 1):  # one record at a time, plain json
+        if n >= limit: break
+        n += 1
+        try: t = read_sn15_envelope(json.loads(line), path, line_no, line.encode(), index)
+        except Reject: continue
+        t["meta"]["judge"] = judge.judge(t)
+        if counter is None:  # the first bpe_sample trajectories train the tokenizer, as the pipeline's do
+            pending.append(t)
+            if len(pending) < s.bpe_sample and s.tokenizer == "bpe": continue
+            counter = TokenCounter(train_bpe([render_chat(x["messages"], x["tools"]) for x in pending], s.bpe_vocab), "bpe") if s.tokenizer == "bpe" else load_counter(s.tokenizer)
+            for x in pending: process(x)
+            pending = []
+        else: process(t)
+df = apply_stages(pd.DataFrame(rows), s, sigs)
+kept = df[df["stage"] == "kept"]
+out.mkdir(parents=True, exist_ok=True)
+with open(out / "kept.jsonl", "w", encoding="utf-8") as f:
+    for r in kept.to_dict("records"):
+        f.write(json.dumps({**trajs[r["trajectory_id"]], "meta": slim_meta(trajs[r["trajectory_id"]]["meta"])}, ensure_ascii=False) + "\n")
+print(json.dumps({"wall": time.time() - t0, "records": n, "kept": len(kept), "rss_self_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+RUN_JSON = r"""
+import gzip, json, resource, sys, time
+from pathlib import Path
+t0, n = time.time(), 0
+for p in sorted(Path(sys.argv[1]).glob("shard-*.jsonl.gz")):
+    for line in gzip.open(p, "rt", encoding="utf-8"):
+        json.loads(line); n += 1
+print(json.dumps({"wall": time.time() - t0, "records": n, "rss_self_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def run(code: str, *args) -> dict:
+    "Run `code` in a fresh interpreter (so its memory is its own) and return the JSON it prints last."
+    p = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, cwd=REPO)
+    if p.returncode: raise RuntimeError(f"benchmark step failed:\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--traces", type=int, default=146_000)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--profile", default="smoke")
+    ap.add_argument("--source", choices=["season", "replicate"], default="season")
+    ap.add_argument("--firehose", default=None, help="an existing firehose folder to use instead of generating one")
+    ap.add_argument("--cache", default=str(REPO / "runs" / "bench"), help="where generated firehoses are kept")
+    ap.add_argument("--naive-limit", type=int, default=None, help="records the naive loop reads (default: all)")
+    ap.add_argument("--skip-naive", action="store_true")
+    args = ap.parse_args(argv)
+    cache = Path(args.cache)
+    if args.firehose: fh = Path(args.firehose)
+    elif args.source == "season": fh = season_firehose(args.traces, max(args.workers, os.cpu_count() or 1), cache / f"season-{args.traces}", args.profile)
+    else:
+        from shopdistill.config import run_dir
+        fh = replicated_firehose(args.traces, run_dir(args.profile) / "arena" / "firehose", cache / f"replicate-{args.traces}")
+    n = count_traces(fh)
+    print(f"firehose: {fh} ({n:,} traces, {sum(p.stat().st_size for p in fh.glob('*.gz')) / 1e6:.0f} MB gzip, source: {args.source if not args.firehose else 'given'})")
+    tmp = Path(tempfile.mkdtemp(prefix="pipeline-bench-"))
+    try:
+        pipe = run(RUN_PIPELINE, fh, tmp / "corpus", args.profile, args.workers)
+        peak = pipe["rss_self_mb"] + args.workers * pipe["rss_child_mb"]
+        rows = [("traces", f"{n:,}"), ("pipeline wall s", f"{pipe['wall']:.1f}"),
+                ("  normalise + judge s (ch. 03)", f"{pipe['summary']['seconds']['normalise']:.1f}"),
+                ("  filter scan s (ch. 04)", f"{pipe['summary']['seconds']['scan']:.1f}"),
+                ("  decide + split + write s", f"{pipe['wall'] - pipe['summary']['seconds']['scan'] - pipe['summary']['seconds']['normalise']:.1f}"),
+                ("pipeline traces/s", f"{n / pipe['wall']:.0f}"), ("pipeline peak RSS parent MB", f"{pipe['rss_self_mb']:.0f}"),
+                ("pipeline peak RSS largest worker MB", f"{pipe['rss_child_mb']:.0f}"),
+                (f"pipeline peak memory bound MB (parent + {args.workers} workers)", f"{peak:.0f}"),
+                ("corpus", f"{pipe['summary']['splits']}"), ("goal: < 120 s and < 4096 MB", "met" if pipe["wall"] < 120 and peak < 4096 else "NOT met")]
+        res = {"pipeline": pipe}
+        if not args.skip_naive:
+            js = run(RUN_JSON, fh)
+            rows += [("naive json.loads loop s (parse only)", f"{js['wall']:.1f}"), ("naive json traces/s", f"{js['records'] / js['wall']:.0f}")]
+            limit = args.naive_limit or n
+            nv = run(RUN_NAIVE, fh, tmp / "naive", args.profile, limit)
+            rows += [(f"naive pipeline s ({nv['records']:,} records, 1 process, in memory)", f"{nv['wall']:.1f}"),
+                     ("naive pipeline traces/s", f"{nv['records'] / nv['wall']:.0f}"), ("naive pipeline peak RSS MB", f"{nv['rss_self_mb']:.0f}"),
+                     ("ratio: pipeline / naive pipeline throughput", f"{(n / pipe['wall']) / (nv['records'] / nv['wall']):.2f}x"),
+                     ("ratio: naive pipeline / pipeline peak memory (per 1k traces)",
+                      f"{(nv['rss_self_mb'] / nv['records']) / (peak / n):.2f}x"),
+                     ("ratio: pipeline / naive json parse throughput", f"{(n / pipe['wall']) / (js['records'] / js['wall']):.2f}x")]
+            res.update(naive=nv, json=js)
+        w = max(len(k) for k, _ in rows)
+        print("\ncorpus pipeline benchmark")
+        for k, v in rows: print(f"  {k:<{w}}  {v}")
+        print(json.dumps({k: v for k, v in rows}))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""The corpus of chapter 04 built from a tiny simulated season: the DatasetDict round trip (every row renders through TRL's
+Qwen3 chat template, via a tokenizer, exactly as the original trajectory, with no `null` arguments), the per-step view,
+the dataset card, the funnel's accounting, reuse, determinism, and the `shopdistill corpus build` command."""
+import json
+import os
+import re
+import shutil
+
+import pandas as pd
+import pytest
+
+from shopdistill.normalise import read_shard
+from shopdistill.structural_filter import STAGES, render_chat, train_bpe
+from shopdistill.trajectory import from_arrow_row
+
+SEASON = """seed: 0
+catalog: {n_products: 3000, seed: 0}
+tasks: {n: {product: 20, shop: 20, voucher: 20}, seed: 0}
+scoring: {similarity: offline}
+arena:
+  pools: {fractions: {open: 0.5, held_out: 0.4, never_touch: 0.1}, seed: 0, suite_per_category: 3, suite_versions: 2, race_problems: 6}
+arena_traces: {days: 3, miners: {subtask: 3, agentic: 3, decoy: 2}, validators: 2, eligible_runs: 2, workers: 2, shard_size: 200}
+judge: {backend: proxy}
+"""
+
+
+def tiny_season(tmp_path_factory):
+    "A three-day season of eight miners (about 500 traces), shared by chapter 04's test files within one pytest session."
+    from shopdistill.season import simulate_season
+    base = tmp_path_factory.getbasetemp() / "tiny-season-04"
+    if not (base / "arena" / "season.json").exists():
+        base.mkdir(exist_ok=True)
+        (base / "season.yaml").write_text(SEASON)
+        simulate_season(base / "season.yaml", out_dir=base / "arena", workers=2, progress=False)
+    return base
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    "(folder, summary) of a corpus built from the tiny season's raw traces."
+    from shopdistill.corpus import build_corpus
+    old = os.environ.get("SHOPDISTILL_RUNS")
+    os.environ["SHOPDISTILL_RUNS"] = str(tmp_path_factory.getbasetemp() / "runs")
+    season = tiny_season(tmp_path_factory)
+    d = tmp_path_factory.mktemp("corpus04")
+    shutil.copytree(season / "arena", d / "arena")
+    (d / "tiny.yaml").write_text(SEASON + "filter: {tokenizer: bpe, bpe_vocab: 1000, bpe_sample: 100}\ncorpus: {eval_fraction: 0.3}\n")
+    summary = build_corpus(d / "arena" / "firehose", d / "corpus", profile=d / "tiny.yaml", workers=2, progress=False)
+    yield d, summary
+    if old is None: os.environ.pop("SHOPDISTILL_RUNS", None)
+    else: os.environ["SHOPDISTILL_RUNS"] = old
+
+
+@pytest.fixture(scope="module")
+def originals(built):
+    d, _ = built
+    return {t["trajectory_id"]: t for p in sorted((d / "corpus" / "trajectories").glob("shard-*.jsonl.gz")) for t in read_shard(p)}
+
+
+def test_outputs_exist(built):
+    d, s = built
+    out = d / "corpus"
+    for name in ("dataset", "steps", "parquet/train.parquet", "parquet/eval.parquet", "parquet/steps-train.parquet", "README.md",
+                 "decisions.parquet", "problems.parquet", "funnel.json", "audits.json", "summary.json", "tokenizer/tokenizer.json"):
+        assert (out / name).exists(), name
+    assert s["splits"]["train"] > 0 and s["splits"]["eval"] > 0 and s["audit"] == []
+    assert not (out / "work").exists()  # intermediate candidates are cleaned up
+
+
+def test_round_trip_renders_identically_through_the_qwen3_template(built, originals):
+    import datasets
+    from transformers import PreTrainedTokenizerFast
+    from trl.chat_template_utils import qwen3_chat_template
+    d, _ = built
+    dd = datasets.load_from_disk(str(d / "corpus" / "dataset"))
+    first = next(iter(originals.values()))
+    tok = PreTrainedTokenizerFast(tokenizer_object=train_bpe([render_chat(first["messages"], first["tools"])], 300),
+                                  eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    tok.chat_template = qwen3_chat_template
+    n = 0
+    for split in ("train", "eval"):
+        for row in dd[split]:
+            orig = originals[row["trajectory_id"]]
+            back = from_arrow_row(row)
+            assert back["messages"] == orig["messages"] and back["tools"] == orig["tools"]
+            want = tok.apply_chat_template(orig["messages"], tools=orig["tools"], tokenize=False)
+            assert tok.apply_chat_template(back["messages"], tools=back["tools"], tokenize=False) == want
+            # the stored row itself (arguments as JSON text, every message with all six keys) renders the same
+            assert tok.apply_chat_template(row["messages"], tools=json.loads(row["tools"]), tokenize=False) == want
+            args = {c["id"]: c["function"]["arguments"] for m in orig["messages"] if m["role"] == "assistant" for c in m["tool_calls"]}
+            stored = {c["id"]: c["function"]["arguments"] for m in row["messages"] for c in (m["tool_calls"] or [])}
+            assert {k: json.loads(v) for k, v in stored.items()} == args and all(isinstance(v, str) for v in stored.values())
+            assert not re.search(r'"\w+": null', want)  # Arrow invented no null arguments
+            n += 1
+    assert n == sum(len(v) for v in dd.values())
+
+
+def test_metadata_columns(built):
+    d, _ = built
+    df = pd.read_parquet(d / "corpus" / "parquet" / "train.parquet")
+    for col in ("trajectory_id", "problem_id", "query", "category", "messages", "tools", "meta", "hotkey", "agent_version_id", "race_id",
+                "judge_quality", "success", "score", "axis", "evidence", "cluster", "n_tokens", "split"):
+        assert col in df.columns, col
+    assert set(df["axis"]) == {"A"} and set(df["split"]) == {"train"} and (df["judge_quality"] >= 0.5).all()
+    assert (df["n_tokens"] <= 14_336).all() and df.groupby("problem_id").size().max() <= 8
+    meta = json.loads(df["meta"].iloc[0])
+    assert all(set(c) == {"kind", "path", "status_code", "completion_tokens"} for s in meta["steps"] for c in s["proxy_calls"])
+
+
+def test_per_step_view(built):
+    import datasets
+    d, _ = built
+    main, steps = datasets.load_from_disk(str(d / "corpus" / "dataset")), datasets.load_from_disk(str(d / "corpus" / "steps"))
+    for split in ("train", "eval"):
+        rows = {r["trajectory_id"]: r for r in main[split]}
+        assert len(steps[split]) == sum(sum(m["role"] == "assistant" for m in r["messages"]) for r in rows.values())
+        for s in steps[split].select(range(min(40, len(steps[split])))):
+            msgs = rows[s["trajectory_id"]]["messages"]
+            idx = [i for i, m in enumerate(msgs) if m["role"] == "assistant"][s["turn"]]
+            assert s["prompt"] == msgs[:idx] and s["teacher_action"] == msgs[idx] and s["teacher_action"]["role"] == "assistant"
+            assert s["tools"] == rows[s["trajectory_id"]]["tools"] and s["split"] == split
+
+
+def test_funnel_accounts_for_every_trajectory(built):
+    d, s = built
+    f, dec = s["funnel"], pd.read_parquet(d / "corpus" / "decisions.parquet")
+    assert list(f)[:2] == ["raw records", "trajectories"] and list(f)[2:-2] == list(STAGES)
+    assert f["trajectories"] == len(dec) and f[STAGES[-1]] == (dec["stage"] == "kept").sum() == f["train"] + f["eval"]
+    left = f["trajectories"]
+    for st in STAGES:
+        left -= int((dec["stage"] == st).sum())
+        assert f[st] == left
+
+
+def test_dataset_card(built):
+    d, s = built
+    card = (d / "corpus" / "README.md").read_text()
+    assert card.startswith("---\nlicense: apache-2.0") and "path: parquet/train.parquet" in card
+    assert f"| train | {s['splits']['train']:,} trajectories |" in card and "| reasoning_gate |" in card and "Tokens were counted with" in card
+
+
+def test_reuse_and_determinism(built, tmp_path):
+    from shopdistill.corpus import build_corpus
+    d, s = built
+    again = build_corpus(d / "arena" / "firehose", d / "corpus", profile=d / "tiny.yaml", workers=2, progress=False)
+    assert again.get("reused") and again["funnel"] == s["funnel"]
+    other = build_corpus(None, tmp_path / "c2", profile=d / "tiny.yaml", trajectories_dir=d / "corpus" / "trajectories", workers=1, progress=False)
+    assert other["funnel"] == s["funnel"]  # one process or two: the same corpus
+    for name in ("train", "eval"):
+        a = pd.read_parquet(d / "corpus" / "parquet" / f"{name}.parquet")
+        b = pd.read_parquet(tmp_path / "c2" / "parquet" / f"{name}.parquet")
+        pd.testing.assert_frame_equal(a.drop(columns=["meta"]), b.drop(columns=["meta"]))
+
+
+def test_cli_corpus_build(built, tmp_path, capsys):
+    from shopdistill.cli import main
+    d, s = built
+    assert main(["corpus", "build", "--traces", str(d / "arena" / "firehose" / "*.jsonl.gz"), "--out", str(tmp_path / "cli"),
+                 "--profile", str(d / "tiny.yaml"), "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"{s['funnel']['train']:,} train" in out and "audit: empty" in out
+    assert (tmp_path / "cli" / "dataset").is_dir()
+    assert main(["corpus", "build", "--traces", str(tmp_path / "nothing-*.jsonl"), "--out", str(tmp_path / "x")]) == 1
+    assert "no trace files match" in capsys.readouterr().err
