@@ -86,37 +86,17 @@ def test_paraphrase_keeps_constraint_values():
 
 
 # ---- a planted leak, end to end ----------------------------------------------------------------------------------------
-SEASON = """seed: 0
-catalog: {n_products: 3000, seed: 0}
-tasks: {n: {product: 20, shop: 20, voucher: 20}, seed: 0}
-scoring: {similarity: offline}
-arena:
-  pools: {fractions: {open: 0.5, held_out: 0.4, never_touch: 0.1}, seed: 0, suite_per_category: 3, suite_versions: 2, race_problems: 6}
-arena_traces: {days: 3, miners: {subtask: 3, agentic: 3, decoy: 2}, validators: 2, eligible_runs: 2, workers: 2, shard_size: 200}
-judge: {backend: proxy}
-"""
-
-
-def tiny_season(tmp_path_factory):
-    "A three-day season of eight miners (about 500 traces), shared by chapter 04's test files within one pytest session."
-    from shopdistill.season import simulate_season
-    base = tmp_path_factory.getbasetemp() / "tiny-season-04"
-    if not (base / "arena" / "season.json").exists():
-        base.mkdir(exist_ok=True)
-        (base / "season.yaml").write_text(SEASON)
-        simulate_season(base / "season.yaml", out_dir=base / "arena", workers=2, progress=False)
-    return base
 
 
 @pytest.fixture(scope="module")
-def arena(tmp_path_factory):
+def arena(tmp_path_factory, tiny_season, tiny_season_yaml):
     "A folder with the tiny season's raw traces and bank, a profile for the corpus, and SHOPDISTILL_RUNS pointing into the session's temporary folder."
     old = os.environ.get("SHOPDISTILL_RUNS")
     os.environ["SHOPDISTILL_RUNS"] = str(tmp_path_factory.getbasetemp() / "runs")
-    season = tiny_season(tmp_path_factory)
+    season = tiny_season
     d = tmp_path_factory.mktemp("splits04")
     shutil.copytree(season / "arena", d / "arena")
-    (d / "tiny.yaml").write_text(SEASON + "filter: {tokenizer: chars/4}\ncorpus: {eval_fraction: 0.3}\n")
+    (d / "tiny.yaml").write_text(tiny_season_yaml + "filter: {tokenizer: chars/4}\ncorpus: {eval_fraction: 0.3}\n")
     yield d
     if old is None: os.environ.pop("SHOPDISTILL_RUNS", None)
     else: os.environ["SHOPDISTILL_RUNS"] = old

@@ -3,7 +3,6 @@ dedup, the token counter and the chat rendering (against TRL's template through 
 classification measured against the hidden style labels of a tiny simulated season (precision >= 0.95, recall >= 0.90)."""
 import copy
 import json
-import os
 from dataclasses import replace
 
 import numpy as np
@@ -260,38 +259,13 @@ def test_apply_stages_on_toys():
     assert list(f.index) == ["trajectories", *STAGES] and f["all"].iloc[-1] == 1
 
 
-SEASON = """seed: 0
-catalog: {n_products: 3000, seed: 0}
-tasks: {n: {product: 20, shop: 20, voucher: 20}, seed: 0}
-scoring: {similarity: offline}
-arena:
-  pools: {fractions: {open: 0.5, held_out: 0.4, never_touch: 0.1}, seed: 0, suite_per_category: 3, suite_versions: 2, race_problems: 6}
-arena_traces: {days: 3, miners: {subtask: 3, agentic: 3, decoy: 2}, validators: 2, eligible_runs: 2, workers: 2, shard_size: 200}
-judge: {backend: proxy}
-"""
-
-
-def tiny_season(tmp_path_factory):
-    "A three-day season of eight miners (about 500 traces), shared by chapter 04's test files within one pytest session."
-    from shopdistill.season import simulate_season
-    base = tmp_path_factory.getbasetemp() / "tiny-season-04"
-    if not (base / "arena" / "season.json").exists():
-        base.mkdir(exist_ok=True)
-        (base / "season.yaml").write_text(SEASON)
-        simulate_season(base / "season.yaml", out_dir=base / "arena", workers=2, progress=False)
-    return base
 
 
 @pytest.fixture(scope="module")
-def season(tmp_path_factory):
+def season(tmp_path_factory, tiny_season):
     "The tiny season, normalised and judged by chapter 03."
     from shopdistill.normalise import normalise_traces
-    old = os.environ.get("SHOPDISTILL_RUNS")
-    os.environ["SHOPDISTILL_RUNS"] = str(tmp_path_factory.getbasetemp() / "runs")
-    try: d = tiny_season(tmp_path_factory)
-    finally:
-        if old is None: os.environ.pop("SHOPDISTILL_RUNS", None)
-        else: os.environ["SHOPDISTILL_RUNS"] = old
+    d = tiny_season
     out = tmp_path_factory.mktemp("axis04")
     normalise_traces(d / "arena" / "firehose", out / "trajectories", judge="proxy", workers=2, progress=False)
     return d, out
