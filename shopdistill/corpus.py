@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .normalise import read_shard
+from .normalise import pool_map, read_shard
 from .structural_filter import (FilterSettings, CorpusSettings, STAGES, TokenCounter, apply_stages, assistant_shingles, funnel,
                                           load_counter, minhash_signature, passes_checks, render_chat, train_bpe, trajectory_features)
 from .splits import (is_true, load_bank, ngram_overlap, problem_clusters, problem_key, problems_present, split_audit, split_clusters,
@@ -105,15 +105,8 @@ def scan_shard(job: tuple) -> tuple:
 
 
 def _pool_map(fn, jobs: list, workers: int, initargs: tuple):
-    "Results of `fn` over `jobs` in order: a forked process pool when workers > 1, else inline."
-    import multiprocessing
-    if workers <= 1 or len(jobs) <= 1:
-        _scan_init(*initargs)
-        yield from map(fn, jobs)
-        return
-    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
-    with ctx.Pool(min(workers, len(jobs)), initializer=_scan_init, initargs=initargs) as pool:
-        yield from pool.imap(fn, jobs, chunksize=1)
+    "Results of `fn` over `jobs` in order, on chapter 03's process pool with this chapter's worker set-up."
+    return pool_map(fn, jobs, workers, _scan_init, initargs)
 
 # %% ../nbs/04_structural_filter.ipynb #d3def7b6
 def catalog_ids(spec, cfg=None) -> set | None:
