@@ -1,6 +1,7 @@
 """Throughput and memory of the corpus pipeline (chapters 03 + 04) at the paper's extract size (146,000 traces).
 
-read -> normalise -> judge (gate proxy) -> filter -> split -> write, as `shopdistill corpus build` runs it, on a synthetic
+read -> normalise -> judge (gate proxy) -> filter -> split -> write, as `shopdistill corpus build` runs it (the filter scan riding along
+chapter 03's workers, one pass over the data), on a synthetic
 firehose, side by side with the naive way on the same files: one process, one record at a time, `json.loads` on each line,
 the same reader, judge and stages, everything kept in memory until the end. Prints a table and the ratios.
 
@@ -96,9 +97,10 @@ from shopdistill.corpus import build_corpus
 t0 = time.time()
 s = build_corpus(sys.argv[1], sys.argv[2], profile=sys.argv[3], workers=int(sys.argv[4]), progress=False, reuse=False)
 wall = time.time() - t0
+me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 print(json.dumps({"wall": wall, "summary": {k: s[k] for k in ("inputs", "trajectories", "funnel", "seconds", "splits")},
-                  "rss_self_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "rss_child_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
+                  "cpu": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
+                  "rss_self_mb": me.ru_maxrss / 1024, "rss_child_mb": kids.ru_maxrss / 1024}))
 """
 
 RUN_NAIVE = r"""
@@ -144,7 +146,8 @@ out.mkdir(parents=True, exist_ok=True)
 with open(out / "kept.jsonl", "w", encoding="utf-8") as f:
     for r in kept.to_dict("records"):
         f.write(json.dumps({**trajs[r["trajectory_id"]], "meta": slim_meta(trajs[r["trajectory_id"]]["meta"])}, ensure_ascii=False) + "\n")
-print(json.dumps({"wall": time.time() - t0, "records": n, "kept": len(kept), "rss_self_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+me = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"wall": time.time() - t0, "records": n, "kept": len(kept), "cpu": me.ru_utime + me.ru_stime, "rss_self_mb": me.ru_maxrss / 1024}))
 """
 
 RUN_JSON = r"""
@@ -188,14 +191,18 @@ def main(argv=None):
     try:
         pipe = run(RUN_PIPELINE, fh, tmp / "corpus", args.profile, args.workers)
         peak = pipe["rss_self_mb"] + args.workers * pipe["rss_child_mb"]
+        sec = pipe["summary"]["seconds"]
         rows = [("traces", f"{n:,}"), ("pipeline wall s", f"{pipe['wall']:.1f}"),
-                ("  normalise + judge s (ch. 03)", f"{pipe['summary']['seconds']['normalise']:.1f}"),
-                ("  filter scan s (ch. 04)", f"{pipe['summary']['seconds']['scan']:.1f}"),
-                ("  decide + split + write s", f"{pipe['wall'] - pipe['summary']['seconds']['scan'] - pipe['summary']['seconds']['normalise']:.1f}"),
+                ("  ch. 03 workers: normalise + judge + filter scan (one pass) s", f"{sec['normalise']:.1f}"),
+                ("  filter scan of stored shards s (0 unless ch. 03 was reused)", f"{sec['scan']:.1f}"),
+                ("  decide + split + write s", f"{pipe['wall'] - sec['scan'] - sec['normalise']:.1f}"),
+                ("pipeline CPU s (parent + workers; wall above depends on what else runs)", f"{pipe['cpu']:.1f}"),
                 ("pipeline traces/s", f"{n / pipe['wall']:.0f}"), ("pipeline peak RSS parent MB", f"{pipe['rss_self_mb']:.0f}"),
                 ("pipeline peak RSS largest worker MB", f"{pipe['rss_child_mb']:.0f}"),
                 (f"pipeline peak memory bound MB (parent + {args.workers} workers)", f"{peak:.0f}"),
-                ("corpus", f"{pipe['summary']['splits']}"), ("goal: < 120 s and < 4096 MB", "met" if pipe["wall"] < 120 and peak < 4096 else "NOT met")]
+                ("corpus", f"{pipe['summary']['splits']}"),
+                ("goal: < 120 s and < 4096 MB", ("met" if pipe["wall"] < 120 and peak < 4096 else
+                                                 f"NOT met ({'time' if pipe['wall'] >= 120 else ''}{' and ' if pipe['wall'] >= 120 and peak >= 4096 else ''}{'memory' if peak >= 4096 else ''})"))]
         res = {"pipeline": pipe}
         if not args.skip_naive:
             js = run(RUN_JSON, fh)
@@ -203,8 +210,10 @@ def main(argv=None):
             limit = args.naive_limit or n
             nv = run(RUN_NAIVE, fh, tmp / "naive", args.profile, limit)
             rows += [(f"naive pipeline s ({nv['records']:,} records, 1 process, in memory)", f"{nv['wall']:.1f}"),
+                     ("naive pipeline CPU s", f"{nv['cpu']:.1f}"),
                      ("naive pipeline traces/s", f"{nv['records'] / nv['wall']:.0f}"), ("naive pipeline peak RSS MB", f"{nv['rss_self_mb']:.0f}"),
                      ("ratio: pipeline / naive pipeline throughput", f"{(n / pipe['wall']) / (nv['records'] / nv['wall']):.2f}x"),
+                     ("ratio: naive pipeline / pipeline CPU per trace", f"{(nv['cpu'] / nv['records']) / (pipe['cpu'] / n):.2f}x"),
                      ("ratio: naive pipeline / pipeline peak memory (per 1k traces)",
                       f"{(nv['rss_self_mb'] / nv['records']) / (peak / n):.2f}x"),
                      ("ratio: pipeline / naive json parse throughput", f"{(n / pipe['wall']) / (js['records'] / js['wall']):.2f}x")]

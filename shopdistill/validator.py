@@ -138,35 +138,37 @@ def judge_view(query: str, dialogue: list | None, proxy_calls: list) -> dict:
     return {"query": query, "proxy_calls": log, "steps": steps}
 
 
-def _content(view_steps: list, log_ids: set) -> tuple[set, set, set]:
-    "(ids, lower-case words, capitalised names) the judge has seen in tool results."
-    ids, ws, names = set(log_ids), set(), set()
-    for st in view_steps:
-        for _, _, res in st["tools"]:
-            ids |= set(_ID.findall(res))
-            low = res.lower()
-            ws |= set(_WORD.findall(low)) - _JSON_WORDS
-            names |= {n.lower() for n in _CAP.findall(res)}
-    return ids, ws, names
+def _add_result_content(res: str, ids: set, words: set, names: set) -> None:
+    "Add what one tool result shows the judge (cut to RESULT_CHARS) to `ids`, `words` (lower case, 4+ letters) and `names` (capitalised, lowered)."
+    res = res[:RESULT_CHARS]
+    ids.update(_ID.findall(res))
+    words.update(_WORD.findall(res.lower()))
+    names.update(n.lower() for n in _CAP.findall(res))
 
 
 def gate_proxy_judge(query: str, dialogue: list | None, proxy_calls: list) -> dict:
     "The four-gate rubric, deterministically: {'reasoning_quality', 'explanation', 'gates'}."
-    v = judge_view(query, dialogue, proxy_calls)
     qwords = set(re.findall(r"[a-z0-9]+", query.lower()))
-    log_ids = {i for c in v["proxy_calls"] for i in c["result_product_ids"]}
-    g = {"inference": max([c["completion_tokens"] for c in v["proxy_calls"]], default=0) >= MIN_COMPLETION_TOKENS,
+    tokens = [completion_tokens(c) for c in proxy_calls]
+    log_ids = {i for c in proxy_calls for i in (c.get("result_product_ids") or [])}
+    g = {"inference": max(tokens, default=0) >= MIN_COMPLETION_TOKENS,
          "refers_to_results": False, "names_datum": False, "compares_candidates": False}
-    for i, st in enumerate(v["steps"]):
-        t = st["think"]
-        if not t: continue
-        ids, ws, names = _content(v["steps"][:i], log_ids if i else set())
-        t_ids, t_words = set(_ID.findall(t)), set(_WORD.findall(t.lower())) - qwords - _JSON_WORDS
-        t_names = {n for n in _CAP.findall(t) if n.lower() in names and n.lower() not in qwords}
-        if (t_ids & ids) or len(t_words & ws) >= 2: g["refers_to_results"] = True
-        prices = set(m.group(0).lower() for m in _PRICE.finditer(t))
-        if t_ids or prices or t_names: g["names_datum"] = True
-        if (len(t_ids) >= 2 or len(prices) >= 2 or len(t_names) >= 2) and _REASON.search(t): g["compares_candidates"] = True
+    # What the judge has seen in the tool results of the steps before the current one, grown one step at a time (one pass
+    # over the trajectory); the log's product ids count from the second step on. JSON field names never count as words.
+    ids, ws, names = set(), set(), set()
+    for i, s in enumerate(dialogue or []):
+        m = s["completion"]["message"]
+        t = m["think"][:THINK_CHARS]
+        if t:
+            t_ids, t_words = set(_ID.findall(t)), set(_WORD.findall(t.lower())) - qwords - _JSON_WORDS
+            t_names = {n for n in _CAP.findall(t) if n.lower() in names and n.lower() not in qwords}
+            if (t_ids & ids) or len(t_words & ws) >= 2: g["refers_to_results"] = True
+            prices = set(x.group(0).lower() for x in _PRICE.finditer(t))
+            if t_ids or prices or t_names: g["names_datum"] = True
+            if (len(t_ids) >= 2 or len(prices) >= 2 or len(t_names) >= 2) and _REASON.search(t): g["compares_candidates"] = True
+            if g["refers_to_results"] and g["names_datum"] and g["compares_candidates"]: break  # gates only ever open: done
+        for c in m["tool_call"]: _add_result_content(c["result"], ids, ws, names)
+        if i == 0: ids |= log_ids
     order = [("inference", "no inference call has 30 or more completion tokens"),
              ("refers_to_results", "no thinking step refers to the content of a tool result"),
              ("names_datum", "the thinking names no specific product, price, brand or shop"),

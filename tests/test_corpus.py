@@ -1,6 +1,7 @@
 """The corpus of chapter 04 built from a tiny simulated season: the DatasetDict round trip (every row renders through TRL's
 Qwen3 chat template, via a tokenizer, exactly as the original trajectory, with no `null` arguments), the per-step view,
 the dataset card, the funnel's accounting, reuse, determinism, and the `shopdistill corpus build` command."""
+import gzip
 import json
 import os
 import re
@@ -130,6 +131,42 @@ def test_reuse_and_determinism(built, tmp_path):
         a = pd.read_parquet(d / "corpus" / "parquet" / f"{name}.parquet")
         b = pd.read_parquet(tmp_path / "c2" / "parquet" / f"{name}.parquet")
         pd.testing.assert_frame_equal(a.drop(columns=["meta"]), b.drop(columns=["meta"]))
+    # the first build's scan rode along chapter 03's workers, the second read the stored shards: the same decisions
+    pd.testing.assert_frame_equal(pd.read_parquet(d / "corpus" / "decisions.parquet"), pd.read_parquet(tmp_path / "c2" / "decisions.parquet"))
+
+
+def _exact(a, b) -> bool:
+    "Equal and of the same types all the way down (1 == 1.0 and [] == () do not count)."
+    if type(a) is not type(b): return False
+    if isinstance(a, dict): return list(a) == list(b) and all(_exact(a[k], b[k]) for k in a)
+    if isinstance(a, list): return len(a) == len(b) and all(_exact(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_riding_scan_equals_scan_of_the_shards(built, tmp_path, workers):
+    "What the scan sees riding along chapter 03 (trajectories in memory) is exactly what it reads back from the shards."
+    from shopdistill.config import load_config
+    from shopdistill.corpus import RidingScan, _scan_init, catalog_ids, scan_shard
+    from shopdistill.normalise import normalise_file, normalised_records, normalise_traces
+    from shopdistill.structural_filter import FilterSettings
+    d, _ = built
+    cfg = load_config(d / "tiny.yaml")
+    fs = cfg.section("filter", FilterSettings)
+    riding = RidingScan(fs, lambda: catalog_ids(fs.catalog, cfg), tmp_path / "c", tmp_path / "c" / "work")
+    normalise_traces(d / "arena" / "firehose", tmp_path / "t", workers=workers, progress=False, scan=riding)
+    assert riding.done and len(riding.frames) == len(sorted((tmp_path / "t").glob("shard-*.jsonl.gz")))
+    _scan_init(fs, riding.known, fs.tokenizer, riding.tok_dir)
+    (tmp_path / "again").mkdir()
+    for k, shard in enumerate(sorted((tmp_path / "t").glob("shard-*.jsonl.gz"))):
+        rows, sigs = scan_shard((str(shard), str(tmp_path / "again" / f"candidates-{shard.name}")))
+        pd.testing.assert_frame_equal(riding.frames[k], rows)
+        assert {t: list(v) for t, v in sigs.items()} == {t: list(v) for t, v in riding.sigs.items() if t in sigs}
+        with open(tmp_path / "again" / f"candidates-{shard.name}", "rb") as a, open(tmp_path / "c" / "work" / f"candidates-{shard.name}", "rb") as b:
+            assert gzip.decompress(a.read()) == gzip.decompress(b.read())
+    src = sorted((d / "arena" / "firehose").glob("shard-*.jsonl.gz"))[0]
+    for traj, data, _ in normalised_records(src)[1]:  # the readers write JSON-native values only
+        if traj is not None: assert _exact(traj, json.loads(data))
 
 
 def test_cli_corpus_build(built, tmp_path, capsys):
