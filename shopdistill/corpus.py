@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .normalise import pool_map, read_shard
+from .normalise import loads_line, loads_line_flagged, pool_map, read_shard, shard_line
 from .structural_filter import (FilterSettings, CorpusSettings, STAGES, TokenCounter, apply_stages, assistant_shingles, funnel,
                                           load_counter, minhash_signature, passes_checks, render_chat, train_bpe, trajectory_features)
 from .splits import (is_true, load_bank, ngram_overlap, problem_clusters, problem_key, problems_present, split_audit, split_clusters,
@@ -78,10 +78,12 @@ class ShardScan:
     def __init__(self, dst, settings: FilterSettings, known_ids, counter: TokenCounter):
         self.dst, self.s, self.known, self.counter = Path(dst), settings, known_ids, counter
         self.tmp = Path(str(dst) + ".tmp")
-        self.out = gzip.open(self.tmp, "wt", encoding="utf-8", compresslevel=1)
+        # stored, not compressed: a work file read once and deleted (compressing it cost more CPU than anything it saves)
+        self.out = gzip.open(self.tmp, "wb", compresslevel=0)
         self.rows, self.sigs, self.n = [], {}, 0
 
-    def add(self, traj: dict):
+    def add(self, traj: dict, fast: bool = False):
+        "Scan one trajectory (`fast`: orjson read it, so orjson may write its candidate line; see `shard_line`)."
         s = self.s
         try: r = trajectory_features(traj, s, self.known, self.counter)
         except Exception as e:  # chapter 03 promises schema-valid trajectories: anything else is a bug to report with its place
@@ -92,7 +94,7 @@ class ShardScan:
         if passes_checks(r, s):
             self.sigs[r["trajectory_id"]] = minhash_signature(assistant_shingles(traj, s.near_ngram), s.num_perm, s.minhash_seed)
         if r["n_tokens"] is not None:  # it might be kept (see might_keep)
-            self.out.write(json.dumps({**traj, "meta": slim_meta(traj["meta"])}, ensure_ascii=False, separators=(",", ":")) + "\n")
+            self.out.write(shard_line({**traj, "meta": slim_meta(traj["meta"])}, fast))
             r["candidate"] = f"{self.dst.name}:{self.n}"
             self.n += 1
         self.rows.append(r)
@@ -120,7 +122,8 @@ def scan_shard(job: tuple) -> tuple:
     src, dst = job
     scan = ShardScan(dst, _SCAN["s"], _SCAN["known"], _SCAN["counter"])
     try:
-        for traj in read_shard(src): scan.add(traj)
+        with gzip.open(src, "rb") as f:
+            for line in f: scan.add(*loads_line_flagged(line))
     except BaseException:
         scan.abort(); raise
     return scan.close()
@@ -321,11 +324,11 @@ def _write_corpus(kept, work: Path, out: Path, cs: CorpusSettings) -> dict:
     writers = {(name, s): _Batches(out / "parquet" / pattern.format(s), schema) for name, schema, pattern in kinds for s in ("train", "eval")}
     try:
         for shard in sorted(work.glob("candidates-*.jsonl.gz")):  # shard order, then line order: the same whatever the workers
-            with gzip.open(shard, "rt", encoding="utf-8") as f:
+            with gzip.open(shard, "rb") as f:
                 for n, line in enumerate(f):
                     r = want.get(f"{shard.name}:{n}")
                     if r is None: continue
-                    row = corpus_row(json.loads(line), r)
+                    row = corpus_row(loads_line(line), r)
                     writers[("dataset", r["split"])].add([row])
                     if cs.per_step: writers[("steps", r["split"])].add(step_rows(row))
     finally:

@@ -28,10 +28,9 @@ def problem_key(problem_id, query: str) -> str:
 
 
 def load_bank(path) -> dict:
-    "Problem id -> problem (query, category, reward, voucher) of a bank or task file (chapter 01's `load_tasks`)."
-    from shopdistill.ledger import Ledger
-    from shopdistill.tasks import load_tasks
-    return {p["id"]: p for p in load_tasks(path, ledger=Ledger())}
+    "Problem id -> problem (query, category, reward, voucher) of a bank or task file (chapter 01's `load_tasks`, via chapter 03's `load_task_file`)."
+    from shopdistill.trajectory import load_task_file
+    return {p["id"]: p for p in load_task_file(path)}
 
 
 def problems_present(rows, bank: dict | None = None) -> list[dict]:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from shopdistill.envelope import tool_call_id
-from shopdistill.normalise import (check_accounts, count_records, detect_format, iter_records, normalise_file, normalise_traces,
-                                   read_shard)
+from shopdistill.normalise import (AccountingError, check_accounts, count_records, decode_record, detect_format, iter_records,
+                                   normalise_file, normalise_traces, read_shard)
 from shopdistill.trajectory import (ProblemIndex, Reject, from_arrow_row, read_openai_row, read_sn15_dialogue, read_sn15_envelope,
                                     read_upstream_rollout, split_think, to_arrow_row, trajectory_problems)
 
@@ -376,6 +376,43 @@ def test_reuse_and_refresh(firehose, tmp_path):
     assert "reused" not in normalise_traces(src, tmp_path / "o", progress=False)
     assert normalise_traces(src, tmp_path / "o", progress=False)["reused"] is True
     assert "reused" not in normalise_traces(src, tmp_path / "o", progress=False, judge="none")  # other settings: redone
+
+
+def test_accounts_catch_a_shard_changed_after_it_was_written(firehose, tmp_path):
+    "The recorded line count holds only for the bytes it was made with: a shard cut or replaced afterwards is caught."
+    src, n, n_empty = firehose
+    s = normalise_traces(src, tmp_path / "out", workers=1, progress=False)
+    assert all(r["shard_check"]["lines"] == r["outputs"] for r in s["files"])
+    want = {"inputs": n, "outputs": n - n_empty, "rejects": n_empty}
+    assert check_accounts(tmp_path / "out") == want == check_accounts(tmp_path / "out", recount_outputs=True)
+    shard = tmp_path / "out" / s["files"][0]["shard"]
+    lines = gzip.decompress(shard.read_bytes()).splitlines(keepends=True)
+    shard.write_bytes(gzip.compress(b"".join(lines[:-1]), mtime=0))  # one trajectory lost
+    with pytest.raises(AccountingError, match="not the shard that was written"): check_accounts(tmp_path / "out")
+    with pytest.raises(AccountingError, match="1 rejects out|trajectories"): check_accounts(tmp_path / "out", recount_outputs=True)
+
+
+def test_orjson_reads_and_writes_exactly_as_json(arena, tmp_path):
+    "Records orjson would read differently go to `json`: big integers, infinities, lone surrogates, a byte-order mark."
+    env = next(e for e in arena[0] if e["dialogue"])
+    base = json.dumps(env, ensure_ascii=False)
+    lines = [base.encode(),
+             base.replace('"status":', '"big": 123456789012345678901234567890, "neg": -98765432109876543210, "status":', 1).encode(),
+             base.replace('"status":', '"inf": 1e400, "tiny": 1e-07, "status":', 1).encode(),
+             base.replace('"status":', '"bad": "\\ud800", "status":', 1).encode(),
+             b"\xef\xbb\xbf" + base.encode(), b"NaN", b'{"x": NaN}']
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b"\n".join(lines) + b"\n")
+    want = [(n, raw, v.reason if isinstance(v := decode_record(raw), Reject) else v) for n, raw in enumerate(lines, 1)]
+    got = [(n, raw, v if not isinstance(v, Reject) else v.reason) for n, raw, v in iter_records(src)]
+    assert got == want  # orjson's fast path decodes exactly what `json` decodes, and rejects the same way
+    assert type(got[1][2]["big"]) is int and got[1][2]["big"] == 123456789012345678901234567890
+    rep = normalise_file(src, tmp_path / "out.jsonl.gz")
+    assert [r["reason"] for r in rep["rejects"]] == ["invalid_unicode", "invalid_json", "invalid_json"]
+    trajs = list(read_shard(tmp_path / "out.jsonl.gz"))
+    assert trajs[1]["meta"]["extra"]["big"] == 123456789012345678901234567890 and trajs[1]["meta"]["extra"]["neg"] == -98765432109876543210
+    assert trajs[2]["meta"]["extra"]["inf"] == float("inf") and trajs[2]["meta"]["extra"]["tiny"] == 1e-07
+    assert [t["messages"] for t in trajs] == [trajs[0]["messages"]] * 4
 
 
 def test_count_records_matches_reader(tmp_path):

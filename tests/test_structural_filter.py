@@ -202,6 +202,26 @@ def test_token_counter_is_exact_and_memoised():
     for text in texts + texts:
         assert c.count(text) == len(tok.encode(text, add_special_tokens=False).ids)
     assert c.memo  # the spans were memoised
+    assert c.model is not None and c.words  # the trained BPE is Qwen's pipeline: ASCII spans were counted word by word
+
+
+def test_token_counter_ascii_path_cuts_where_the_tokenizer_does():
+    "Python's split of ASCII text and the tokenizer's own regex agree on every ASCII character, in any company."
+    import random
+    rng = random.Random(0)
+    texts = [render_chat(traj(g)["messages"], traj(g)["tools"]) for g in (GOOD, [SEARCH, REC, TERM])]
+    tok = train_bpe(texts + ["".join(chr(i) for i in range(128)) * 3], 600)
+    pieces = ["'s", "'T", "'re", "'VE", "'m", "'Ll", "'d", "'x", " ", "  ", "\t", "\n", "\r\n", "\x0b", "\x0c", "\x1c", "\x1f", "\x00",
+              "\x7f", "a", "Zz", "9", "12", "!", "?!", " .", "_", "__init__", "<think>", "</tool_call>", "<|im_start|>", "é", "\u00a0", "\u2028", "\x85"]
+    samples = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 40))) for _ in range(3000)]
+    samples += ["".join(chr(rng.randrange(128)) for _ in range(rng.randint(1, 60))) for _ in range(2000)]
+    c = TokenCounter(tok, "test")
+    assert c.model is not None
+    for text in samples + texts:
+        assert c.count(text) == len(tok.encode(text, add_special_tokens=False).ids), repr(text)
+    tok.pre_tokenizer = None  # another pipeline: no ASCII path, the tokenizer counts everything
+    c = TokenCounter(tok, "test")
+    assert c.model is None and c.count(texts[0]) == len(tok.encode(texts[0], add_special_tokens=False).ids)
     assert load_counter("chars/4").count("abcdefghi") == 3 and not load_counter("chars/4").exact
     with pytest.raises(FileNotFoundError, match="not been trained"):
         load_counter("bpe", "/nonexistent")
