@@ -20,17 +20,40 @@ def tiny_season_yaml() -> str:
 
 @pytest.fixture(scope="session")
 def tiny_season(tmp_path_factory):
-    "A three-day season of eight miners (about 500 traces), simulated once per pytest session."
-    import os
+    "A three-day season of eight miners (about 500 traces) on two processes, simulated once per pytest session."
     from shopdistill.season import simulate_season
     base = tmp_path_factory.getbasetemp() / "tiny-season-04"
     if not (base / "arena" / "season.json").exists():
         base.mkdir(exist_ok=True)
         (base / "season.yaml").write_text(TINY_SEASON)
-        old = os.environ.get("SHOPDISTILL_RUNS")
-        os.environ["SHOPDISTILL_RUNS"] = str(tmp_path_factory.getbasetemp() / "runs")  # its sandbox goes there, not into runs/
-        try: simulate_season(base / "season.yaml", out_dir=base / "arena", workers=2, progress=False)
-        finally:
-            if old is None: os.environ.pop("SHOPDISTILL_RUNS", None)
-            else: os.environ["SHOPDISTILL_RUNS"] = old
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("SHOPDISTILL_RUNS", str(tmp_path_factory.getbasetemp() / "runs"))  # its sandbox goes there, not into runs/
+            simulate_season(base / "season.yaml", out_dir=base / "arena", workers=2, progress=False)
     return base
+
+
+@pytest.fixture(scope="session")
+def arena_copy(tmp_path_factory, tiny_season):
+    """A factory: (name, extra profile lines) -> a fresh folder holding a copy of the tiny season's `arena/` and `tiny.yaml`,
+    the season's profile plus the extra lines (chapter 04's tests add their filter and corpus settings)."""
+    import shutil
+    def make(name: str, extra_yaml: str = ""):
+        d = tmp_path_factory.mktemp(name)
+        shutil.copytree(tiny_season / "arena", d / "arena")
+        (d / "tiny.yaml").write_text(TINY_SEASON + extra_yaml)
+        return d
+    return make
+
+
+@pytest.fixture(scope="session")
+def make_qwen3_tokenizer():
+    """A factory: (texts, vocab size) -> chapter 04's offline byte-level BPE (`train_bpe`: Qwen's special and added tokens)
+    as a transformers tokenizer carrying TRL's copy of Qwen3's chat template. No downloads."""
+    def make(texts, vocab_size: int):
+        from transformers import PreTrainedTokenizerFast
+        from trl.chat_template_utils import qwen3_chat_template
+        from shopdistill.structural_filter import train_bpe
+        tok = PreTrainedTokenizerFast(tokenizer_object=train_bpe(texts, vocab_size), eos_token="<|im_end|>", pad_token="<|endoftext|>")
+        tok.chat_template = qwen3_chat_template
+        return tok
+    return make

@@ -20,42 +20,18 @@ from shopdistill.tasks import synthesize_tasks
 from shopdistill.tool_client import InProcessToolClient, SearchCache, SimClock
 from shopdistill.validator import Limits, attribute_calls, gate_proxy_judge, normalise_steps, run_problem
 
-TINY = """seed: 0
-catalog: {n_products: 3000, seed: 0}
-tasks: {n: {product: 20, shop: 20, voucher: 20}, seed: 0}
-scoring: {similarity: offline}
-arena:
-  pools: {fractions: {open: 0.5, held_out: 0.4, never_touch: 0.1}, seed: 0, suite_per_category: 3, suite_versions: 2, race_problems: 6}
-arena_traces:
-  days: 3
-  miners: {subtask: 3, agentic: 3, decoy: 2}
-  validators: 2
-  eligible_runs: 2
-  workers: 2
-  shard_size: 100
-"""
-
-
 @pytest.fixture(scope="module")
-def tiny_profile(tmp_path_factory):
+def tiny_profile(tmp_path_factory, tiny_season_yaml):
     d = tmp_path_factory.mktemp("arena")
-    (d / "tiny.yaml").write_text(TINY)
+    (d / "tiny.yaml").write_text(tiny_season_yaml)
     return d
 
 
 @pytest.fixture(scope="module")
-def season(tiny_profile):
-    "A three-day season of eight miners on two processes (about 500 traces)."
-    import os
-    from shopdistill.season import simulate_season
-    old = os.environ.get("SHOPDISTILL_RUNS")
-    os.environ["SHOPDISTILL_RUNS"] = str(tiny_profile / "runs")
-    try:
-        summary = simulate_season(tiny_profile / "tiny.yaml", out_dir=tiny_profile / "out2", workers=2, progress=False)
-    finally:
-        if old is None: os.environ.pop("SHOPDISTILL_RUNS", None)
-        else: os.environ["SHOPDISTILL_RUNS"] = old
-    return tiny_profile / "out2", summary
+def season(tiny_season):
+    "The session's tiny season (three days, eight miners, two processes; about 500 traces) and its summary."
+    out = tiny_season / "arena"
+    return out, json.loads((out / "season.json").read_text())
 
 
 def test_every_envelope_validates(season):
@@ -100,12 +76,11 @@ def test_every_tool_call_in_the_season_follows_the_id_rule(season):
 
 
 def test_same_seed_same_bytes_whatever_the_processes(season, tiny_profile):
-    import os
     from shopdistill.season import simulate_season
     out2, s2 = season
-    os.environ["SHOPDISTILL_RUNS"] = str(tiny_profile / "runs")
-    try: s1 = simulate_season(tiny_profile / "tiny.yaml", out_dir=tiny_profile / "out1", workers=1, progress=False)
-    finally: os.environ.pop("SHOPDISTILL_RUNS", None)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SHOPDISTILL_RUNS", str(tiny_profile / "runs"))
+        s1 = simulate_season(tiny_profile / "tiny.yaml", out_dir=tiny_profile / "out1", workers=1, progress=False)
     assert [s["sha256"] for s in s1["shards"]] == [s["sha256"] for s in s2["shards"]]
     for a in sorted((tiny_profile / "out1" / "firehose").glob("*.gz")):
         assert a.read_bytes() == (out2 / "firehose" / a.name).read_bytes()
@@ -130,7 +105,7 @@ def test_labels_are_separate_from_envelopes(season):
 def test_shards_are_bounded_and_readable(season):
     out, summary = season
     sizes = [s["envelopes"] for s in summary["shards"]]
-    assert len(sizes) > 1 and all(n >= 100 for n in sizes[:-1])  # closed at the first unit boundary past shard_size
+    assert len(sizes) > 1 and all(n >= summary["settings"]["shard_size"] for n in sizes[:-1])  # closed at the first unit boundary past shard_size
     with gzip.open(out / "firehose" / summary["shards"][0]["path"], "rt") as f:
         assert sum(1 for _ in f) == sizes[0]
 

@@ -3,33 +3,25 @@ Qwen3 chat template, via a tokenizer, exactly as the original trajectory, with n
 the dataset card, the funnel's accounting, reuse, determinism, and the `shopdistill corpus build` command."""
 import gzip
 import json
-import os
 import re
-import shutil
 
 import pandas as pd
 import pytest
 
 from shopdistill.normalise import read_shard
-from shopdistill.structural_filter import STAGES, render_chat, train_bpe
+from shopdistill.structural_filter import STAGES, render_chat
 from shopdistill.trajectory import from_arrow_row
 
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory, tiny_season, tiny_season_yaml):
+def built(tmp_path_factory, arena_copy):
     "(folder, summary) of a corpus built from the tiny season's raw traces."
     from shopdistill.corpus import build_corpus
-    old = os.environ.get("SHOPDISTILL_RUNS")
-    os.environ["SHOPDISTILL_RUNS"] = str(tmp_path_factory.getbasetemp() / "runs")
-    season = tiny_season
-    d = tmp_path_factory.mktemp("corpus04")
-    shutil.copytree(season / "arena", d / "arena")
-    (d / "tiny.yaml").write_text(tiny_season_yaml + "filter: {tokenizer: bpe, bpe_vocab: 1000, bpe_sample: 100}\ncorpus: {eval_fraction: 0.3}\n")
-    summary = build_corpus(d / "arena" / "firehose", d / "corpus", profile=d / "tiny.yaml", workers=2, progress=False)
-    yield d, summary
-    if old is None: os.environ.pop("SHOPDISTILL_RUNS", None)
-    else: os.environ["SHOPDISTILL_RUNS"] = old
+    d = arena_copy("corpus04", "filter: {tokenizer: bpe, bpe_vocab: 1000, bpe_sample: 100}\ncorpus: {eval_fraction: 0.3}\n")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SHOPDISTILL_RUNS", str(tmp_path_factory.getbasetemp() / "runs"))
+        yield d, build_corpus(d / "arena" / "firehose", d / "corpus", profile=d / "tiny.yaml", workers=2, progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -48,16 +40,12 @@ def test_outputs_exist(built):
     assert not (out / "work").exists()  # intermediate candidates are cleaned up
 
 
-def test_round_trip_renders_identically_through_the_qwen3_template(built, originals):
+def test_round_trip_renders_identically_through_the_qwen3_template(built, originals, make_qwen3_tokenizer):
     import datasets
-    from transformers import PreTrainedTokenizerFast
-    from trl.chat_template_utils import qwen3_chat_template
     d, _ = built
     dd = datasets.load_from_disk(str(d / "corpus" / "dataset"))
     first = next(iter(originals.values()))
-    tok = PreTrainedTokenizerFast(tokenizer_object=train_bpe([render_chat(first["messages"], first["tools"])], 300),
-                                  eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    tok.chat_template = qwen3_chat_template
+    tok = make_qwen3_tokenizer([render_chat(first["messages"], first["tools"])], 300)
     n = 0
     for split in ("train", "eval"):
         for row in dd[split]:

@@ -286,21 +286,11 @@ def test_importing_the_pipeline_does_not_import_torch():
 
 # ---- the local transformers backend ----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def tiny():
+def tiny(make_qwen3_tokenizer):
     "A random 2-layer Qwen3 and a byte-level BPE tokenizer with Qwen3's chat template, built offline."
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
-    from trl.chat_template_utils import qwen3_chat_template
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator([JUDGE_SYSTEM_PROMPT, verdict(0.9, "all four gates pass")] * 4,
-                            trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    tok.add_tokens(["<think>", "</think>"])
-    tok.chat_template = qwen3_chat_template
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    tok = make_qwen3_tokenizer([JUDGE_SYSTEM_PROMPT, verdict(0.9, "all four gates pass")] * 4, 400)
     torch.manual_seed(0)
     cfg = Qwen3Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
                       head_dim=16, max_position_embeddings=8192, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)

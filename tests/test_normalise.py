@@ -156,21 +156,9 @@ def test_formats_agree_on_the_conversation(canon):
 
 # ---- Arrow, datasets and the chat template ---------------------------------------------------------------------------
 @pytest.fixture(scope="session")
-def qwen3_tokenizer():
+def qwen3_tokenizer(make_qwen3_tokenizer):
     "A byte-level BPE tokenizer built offline (no downloads) carrying TRL's copy of Qwen3's chat template."
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-    from trl.chat_template_utils import qwen3_chat_template
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator(["find a black shirt under 300 pesos"] * 10,
-                            trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    tok.add_tokens(["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"])
-    tok.chat_template = qwen3_chat_template
-    return tok
+    return make_qwen3_tokenizer(["find a black shirt under 300 pesos"] * 10, 300)
 
 
 def render(tok, messages, tools) -> str:

@@ -4,7 +4,6 @@ problem placed in the raw traces under a new id, with no gold and no category) i
 import copy
 import gzip
 import json
-import os
 import shutil
 from collections import Counter
 
@@ -89,17 +88,11 @@ def test_paraphrase_keeps_constraint_values():
 
 
 @pytest.fixture(scope="module")
-def arena(tmp_path_factory, tiny_season, tiny_season_yaml):
+def arena(tmp_path_factory, arena_copy):
     "A folder with the tiny season's raw traces and bank, a profile for the corpus, and SHOPDISTILL_RUNS pointing into the session's temporary folder."
-    old = os.environ.get("SHOPDISTILL_RUNS")
-    os.environ["SHOPDISTILL_RUNS"] = str(tmp_path_factory.getbasetemp() / "runs")
-    season = tiny_season
-    d = tmp_path_factory.mktemp("splits04")
-    shutil.copytree(season / "arena", d / "arena")
-    (d / "tiny.yaml").write_text(tiny_season_yaml + "filter: {tokenizer: chars/4}\ncorpus: {eval_fraction: 0.3}\n")
-    yield d
-    if old is None: os.environ.pop("SHOPDISTILL_RUNS", None)
-    else: os.environ["SHOPDISTILL_RUNS"] = old
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SHOPDISTILL_RUNS", str(tmp_path_factory.getbasetemp() / "runs"))
+        yield arena_copy("splits04", "filter: {tokenizer: chars/4}\ncorpus: {eval_fraction: 0.3}\n")
 
 
 def _envelope_of(source_file, line):

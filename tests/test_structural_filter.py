@@ -184,13 +184,11 @@ def test_near_duplicates_keep_the_first_visited():
 
 
 # ---- tokens and the chat template --------------------------------------------------------------------------------------
-def test_template_is_trls_and_renders_as_a_tokenizer_does():
-    from transformers import PreTrainedTokenizerFast
+def test_template_is_trls_and_renders_as_a_tokenizer_does(make_qwen3_tokenizer):
     from trl.chat_template_utils import qwen3_chat_template
     assert qwen3_template_text() == qwen3_chat_template
     t = traj()
-    tok = PreTrainedTokenizerFast(tokenizer_object=train_bpe([render_chat(t["messages"], t["tools"])], 400), eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    tok.chat_template = qwen3_chat_template
+    tok = make_qwen3_tokenizer([render_chat(t["messages"], t["tools"])], 400)
     for x in (t, traj([SEARCH, VIEW, ("thinking only", [], "")]), traj([("", [("find_product", {"q": "é ✓ \"quoted\""}, "[]")], ""), REC, TERM])):
         assert render_chat(x["messages"], x["tools"]) == tok.apply_chat_template(x["messages"], tools=x["tools"], tokenize=False)
 
