@@ -4,6 +4,7 @@
 #   make check-sync   CI only: notebooks are clean and the library is what they export
 #   make reproduce    run the chapters: PROFILE=smoke (default) | full, ONLY="01 03", FLAGS="slow gpu", FORCE=1
 #   make clean-runs   delete runs/ (executed notebooks, manifests, outputs of every profile)
+#   make paper        build paper/main.pdf with latexmk (needs TeX; says how to install it where it is missing)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
@@ -20,7 +21,7 @@ FORCE ?=
 # pytest leaves out the notebook runner: nbdev-test has just run every notebook
 PYTEST_ARGS ?= --ignore=tests/test_notebooks.py
 
-.PHONY: env test check-sync reproduce clean-runs
+.PHONY: env test check-sync reproduce clean-runs paper
 
 env:
 	@want=$$(sha256sum pyproject.toml | cut -d' ' -f1); \
@@ -52,3 +53,14 @@ reproduce: env
 
 clean-runs:
 	rm -rf runs
+
+# The paper's PDF from paper/main.tex and the generated tables and macros (written by `make reproduce`).
+paper:
+	@if ! command -v latexmk >/dev/null 2>&1; then \
+		echo "make paper: latexmk is not installed. Install a TeX distribution with latexmk and booktabs, e.g."; \
+		echo "  Debian/Ubuntu: sudo apt-get install latexmk texlive-latex-recommended texlive-latex-extra"; \
+		echo "  macOS: brew install --cask mactex-no-gui   (or: tlmgr install latexmk booktabs)"; \
+		echo "paper/generated/ holds the generated LaTeX; run 'make reproduce' first if it is missing."; exit 1; \
+	fi
+	@test -f paper/generated/macros.tex || { echo "make paper: paper/generated/macros.tex is missing: run 'make reproduce' first"; exit 1; }
+	cd paper && latexmk -pdf -interaction=nonstopmode -halt-on-error main.tex

@@ -8,7 +8,7 @@ import argparse, importlib, json, sys
 from pathlib import Path
 
 COMMANDS = {}  # verb -> (help, add_arguments, run)
-VERB_MODULES = ("shopdistill.arena_cli", "shopdistill.corpus_cli")  # chapters' small modules that register verbs with `command`, imported by build_parser
+VERB_MODULES = ("shopdistill.arena_cli", "shopdistill.corpus_cli", "shopdistill.train_cli")  # chapters' small modules that register verbs with `command`, imported by build_parser
 
 
 class UsageError(Exception):

@@ -1,0 +1,163 @@
+"Stage 5 (Dr. GRPO): explicit config, byte-identical prompts, a few steps on a tiny policy with each reward."
+import dataclasses, json, math, os
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+torch.set_num_threads(1)
+
+from shopdistill.config import load_config
+from shopdistill.grpo import (GrpoSettings, dr_grpo_stage, fitted_env_class, grpo_config, outcome_grpo_stage, outcome_rows,
+                              screen_states, state_rows)
+from shopdistill.models import ELIDED, TinySettings, TrainSettings, load_policy, render_prompt, sft_row, tool_schemas_for_training
+from shopdistill.rewards import REWARD_RANGE
+from shopdistill.trajectory import assistant_message, make_tool_call
+
+TINY = TrainSettings(tiny=TinySettings(bpe_vocab=400, hidden=32, layers=2, heads=2, kv_heads=1, intermediate=64, seed=0), max_tool_chars=200)
+FAST = dict(num_generations=2, batch_size=2, grad_accum=1, max_steps=2, max_completion_length=24, lr=1e-3, screen_samples=2,
+            screen_batch=4, lora=False, bf16=False, logging_steps=1, save_steps=1000, mixed_only=False)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_policy("tiny", TINY)
+
+
+def conversation(n_turns: int = 3) -> list[dict]:
+    "A short tool conversation: user request, then search/result pairs, long results included (the fitting must cut them)."
+    msgs = [{"role": "user", "content": "a red cotton shirt under 500 pesos"}]
+    for i in range(n_turns):
+        msgs.append(assistant_message("", f"Search {i}.", [make_tool_call(f"c{i}", "find_product", {"q": f"red shirt {i}", "page": 1})]))
+        msgs.append({"role": "tool", "tool_call_id": f"c{i}", "name": "find_product", "content": json.dumps([{"product_id": "1000000001", "title": "x" * 400}])})
+    return msgs + [assistant_message("", "Done.", [make_tool_call("cz", "recommend_product", {"product_ids": "1000000001"})])]
+
+
+def step_view(msgs: list[dict], tools: list[dict]) -> list[dict]:
+    "Per-step view rows (as chapter 04 writes them) of a conversation: one per assistant turn."
+    return [{"trajectory_id": "t0", "turn": k, "problem_id": "p0", "prompt": msgs[:k], "teacher_action": m, "tools": json.dumps(tools)}
+            for k, m in enumerate(msgs) if m["role"] == "assistant"]
+
+
+@pytest.mark.parametrize("profile", ["smoke", "full"])
+def test_config_is_dr_grpo_and_explicit(profile, tmp_path):
+    s = load_config(profile).section("grpo", GrpoSettings)
+    c = grpo_config(s, tmp_path, cpu=True)
+    assert (c.loss_type, c.scale_rewards, c.beta) == ("dr_grpo", "none", 0.0)
+    assert (c.learning_rate, c.lr_scheduler_type.value if hasattr(c.lr_scheduler_type, "value") else c.lr_scheduler_type) == (s.lr, s.scheduler)
+    assert (c.num_generations, c.temperature, c.top_p, c.max_completion_length) == (s.num_generations, s.temperature, s.top_p, s.max_completion_length)
+    assert c.generation_batch_size % c.num_generations == 0
+    assert c.use_cpu and not c.bf16  # TRL refuses bf16 without a GPU
+    assert c.weight_decay == 0.0 and c.num_iterations == 1
+    if profile == "full":
+        assert (s.lr, s.scheduler, s.num_generations, s.temperature, s.beta) == (1e-6, "constant", 8, 1.0, 0.0)
+
+
+def test_settings_reject_bad_values():
+    with pytest.raises(ValueError, match="multiple of num_generations"): GrpoSettings(num_generations=3, batch_size=4, grad_accum=1)
+    with pytest.raises(ValueError, match="grpo.reward"): GrpoSettings(reward="judge")
+
+
+def test_prompt_is_byte_identical_to_sft(tiny):
+    model, tok = tiny
+    tools = tool_schemas_for_training()
+    msgs = conversation()
+    rows, rep = state_rows(step_view(msgs, tools), tok)
+    assert rep["rows"] == 4 and rep["too_long"] == 0
+    # the SFT example of the whole conversation, rendered as SFTTrainer renders it
+    sft = sft_row(tok, msgs, tools)
+    sft_text = tok.apply_chat_template(sft["messages"], tools=json.loads(sft["tools"]), tokenize=False)
+    for k, row in zip([k for k, m in enumerate(msgs) if m["role"] == "assistant"], rows):
+        text, ids = render_prompt(tok, msgs[:k], tools)
+        assert row["prompt"] == text
+        assert tok(text=row["prompt"])["input_ids"] == ids  # what GRPOTrainer feeds the model for a text prompt
+        assert sft_text.startswith(text), k  # the SFT context of this turn, byte for byte
+        assert ELIDED in text or k == 1  # long tool results were cut as SFT cuts them
+        assert json.loads(row["teacher_action"]) == msgs[k]
+
+
+def test_screening_and_two_steps_per_step_reward(tiny, tmp_path):
+    model, tok = tiny
+    tools = tool_schemas_for_training()
+    rows, _ = state_rows(step_view(conversation(), tools), tok)
+    s = GrpoSettings(**FAST)
+    kept, report = screen_states(model, tok, rows, s)
+    assert report["screened"] == len(rows) == len(kept)  # mixed_only=False keeps every state
+    assert all(REWARD_RANGE[0] <= r <= REWARD_RANGE[1] for st in report["states"] for r in st["rewards"])
+    assert report["mixed"] == sum(st["mixed"] for st in report["states"])
+    _, report2 = screen_states(model, tok, rows, s)
+    assert [st["rewards"] for st in report2["states"]] == [st["rewards"] for st in report["states"]]  # seeded
+    kept_mixed, rep_m = screen_states(model, tok, rows, dataclasses.replace(s, mixed_only=True))
+    assert len(kept_mixed) == rep_m["mixed"]
+    out = dr_grpo_stage(model, tok, kept, s, tmp_path / "dr_grpo", resume=False, cpu=True)
+    log = json.loads((tmp_path / "dr_grpo" / "train_log.json").read_text())
+    losses = [h["loss"] for h in log["log_history"] if "loss" in h]
+    assert log["global_step"] == 2 and len(losses) == 2 and all(math.isfinite(x) for x in losses)
+    assert all(REWARD_RANGE[0] <= h["reward"] <= REWARD_RANGE[1] for h in log["log_history"] if "reward" in h)
+    m2, t2 = load_policy(str(out))
+    assert t2.max_tool_chars == TINY.max_tool_chars
+
+
+def test_fitted_env_keeps_schemas_and_cuts_results():
+    from shopdistill.catalog import Catalog, generate_catalog
+    from shopdistill.search import SearchEngine
+    from shopdistill.tasks import synthesize_tasks
+    catalog = Catalog.from_records(list(generate_catalog(300, seed=0)))
+    engine = SearchEngine.build(catalog)
+    task = synthesize_tasks(catalog, {"product": 1}, seed=0)[0]
+    cls = fitted_env_class(100)
+    from transformers.utils import get_json_schema
+    import inspect
+    env = cls.factory(engine)()
+    names = [n for n, _ in inspect.getmembers(cls, predicate=inspect.isfunction) if not n.startswith("_") and n not in ("reset", "get_reward")]
+    assert [get_json_schema(getattr(env, n)) for n in names] == tool_schemas_for_training()
+    row = outcome_rows([task])[0]
+    env.reset(**row)
+    out = env.find_product(q=task["query"][:40])
+    assert out.endswith(ELIDED) and len(out) == 100 + len(ELIDED)
+    env.recommend_product(task["reward"]["product_id"])  # the gold product: the episode succeeds
+    assert env.get_reward() == 1.0
+
+
+def test_outcome_grpo_one_step(tiny, tmp_path):
+    from shopdistill.catalog import Catalog, generate_catalog
+    from shopdistill.search import SearchEngine
+    from shopdistill.tasks import synthesize_tasks
+    model, tok = tiny
+    catalog = Catalog.from_records(list(generate_catalog(300, seed=0)))
+    engine = SearchEngine.build(catalog)
+    tasks = synthesize_tasks(catalog, {"product": 2}, seed=0)
+    s = GrpoSettings(**{**FAST, "reward": "outcome", "max_steps": 1, "max_tool_calls": 2, "max_completion_length": 48})
+    outcome_grpo_stage(model, tok, tasks, engine, s, tmp_path / "outcome", resume=False, cpu=True)
+    log = json.loads((tmp_path / "outcome" / "train_log.json").read_text())
+    assert log["global_step"] == 1 and log["reward"] == "outcome"
+    assert all(0.0 <= h["reward"] <= 1.0 for h in log["log_history"] if "reward" in h)
+
+
+def test_compact_lm_head_gives_the_same_log_probs():
+    from trl.trainer.utils import add_fused_lm_head
+    from shopdistill.grpo import compact_lm_head
+    model, _ = load_policy("tiny", TINY)
+    add_fused_lm_head(model)
+    torch.manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (2, 40))
+    labels = ids.clone(); labels[:, :30] = -100
+    full = model(input_ids=ids, labels=labels, fused_lm_head=True).log_probs
+    with compact_lm_head():
+        compact = model(input_ids=ids, labels=labels, fused_lm_head=True).log_probs
+    ref = torch.log_softmax(model(input_ids=ids).logits[:, :-1].float(), -1).gather(-1, ids[:, 1:, None])[..., 0]
+    mask = labels[:, 1:] != -100
+    assert torch.allclose(full[mask], compact[mask], atol=1e-5) and torch.allclose(compact[mask], ref[mask], atol=1e-4)
+    assert (compact[~mask] == 0).all()
+
+
+def test_full_profile_trainers_build_on_a_tiny_stand_in(tiny, tmp_path):
+    "What the full profile's dry run does: the trainers build on CPU from full.yaml (LoRA on; bf16 and vLLM off without a GPU)."
+    from shopdistill.grpo import per_step_trainer
+    model, tok = load_policy("tiny", TINY)
+    s = load_config("full").section("grpo", GrpoSettings)
+    rows, _ = state_rows(step_view(conversation(), tool_schemas_for_training()), tok)
+    tr = per_step_trainer(model, tok, rows, s, tmp_path, cpu=True)
+    assert (tr.args.loss_type, tr.args.scale_rewards, tr.args.beta, tr.args.num_generations) == ("dr_grpo", "none", 0.0, 8)
+    assert not tr.args.use_vllm and not tr.args.bf16
+    assert hasattr(tr.model, "peft_config")  # LoRA, as the full profile asks

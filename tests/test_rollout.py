@@ -1,0 +1,79 @@
+"Chapter 05's rollout engine: well-formed, scored trajectories; seeds per episode; parsing as GRPO parses."
+import pytest
+import torch
+
+from shopdistill.models import TinySettings, TrainSettings, load_policy
+from shopdistill.rollout import episode_seed, generate_transformers, run_episodes
+from shopdistill.trajectory import trajectory_problems
+
+KEYS = ("trajectory_id", "problem_id", "query", "category", "messages", "tools", "meta")
+
+
+@pytest.fixture(scope="module")
+def world():
+    from shopdistill.catalog import Catalog, generate_catalog
+    from shopdistill.search import SearchEngine
+    from shopdistill.tasks import synthesize_tasks
+    catalog = Catalog.from_records(list(generate_catalog(300, seed=0)))
+    engine = SearchEngine.build(catalog)
+    problems = synthesize_tasks(catalog, {"product": 2}, seed=0)
+    s = TrainSettings(tiny=TinySettings(hidden=32, layers=2, heads=2, kv_heads=2, intermediate=64, bpe_vocab=400), max_tool_chars=200)
+    model, tok = load_policy("tiny", s, ids=catalog.ids[:50])
+    return model, tok, engine, problems
+
+
+def test_run_episodes_returns_well_formed_scored_trajectories(world):
+    model, tok, engine, problems = world
+    eps = run_episodes(model, tok, problems, engine, n_samples=2, temperature=1.0, step_cap=3, max_new_tokens=16, batch_size=3, greedy_first=True)
+    assert len(eps) == 4 and [(e["problem_id"], e["sample"]) for e in eps] == [(p["id"], s) for p in problems for s in range(2)]
+    for e in eps:
+        assert trajectory_problems({k: e[k] for k in KEYS}) == []
+        assert isinstance(e["success"], bool) and e["score"]["id"] == e["problem_id"]
+        assert 0 <= e["valid_calls"] <= e["n_calls"] and isinstance(e["recommended"], list) and isinstance(e["recommended_exist"], bool)
+        assert e["messages"][0] == {"role": "user", "content": next(p["query"] for p in problems if p["id"] == e["problem_id"])}
+        assert e["end"] in ("no_tool_call", "length", "terminate", "step_cap", "context")
+
+
+def test_episodes_do_not_depend_on_the_batch(world):
+    model, tok, engine, problems = world
+    kw = dict(n_samples=2, temperature=1.0, step_cap=2, max_new_tokens=12, seed=3)
+    a = run_episodes(model, tok, problems, engine, batch_size=4, **kw)
+    b = run_episodes(model, tok, problems, engine, batch_size=1, **kw)
+    assert [e["messages"] for e in a] == [e["messages"] for e in b]
+    assert episode_seed(0, "p", 0, 0) != episode_seed(0, "p", 1, 0) and episode_seed(0, "p", 0, 0) == episode_seed(0, "p", 0, 0)
+
+
+def test_generation_matches_the_model_greedy_argmax(world):
+    "The KV-cache loop's greedy tokens are the argmax of a full forward pass over the growing sequence."
+    model, tok, _, _ = world
+    prompt = tok("hello shop", add_special_tokens=False)["input_ids"]
+    out = generate_transformers(model, [prompt, prompt[:1]], max_new_tokens=5, temperature=0.0, top_p=1.0, seeds=[0, 0],
+                                stop_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)[0]
+    seq = list(prompt)
+    with torch.no_grad():
+        for _ in range(len(out)):
+            seq.append(int(model(input_ids=torch.tensor([seq])).logits[0, -1].argmax()))
+    assert seq[len(prompt):] == out
+
+
+def test_a_scripted_model_solves_a_problem(world):
+    "Feed the engine a policy that always recommends the first hit: the episode is scored like the sandbox scores it."
+    import json
+    from shopdistill.rollout import BACKENDS
+    _, tok, engine, problems = world
+    p = problems[0]
+    first = engine.find_product(p["query"])[0]["product_id"] if engine.find_product(p["query"]) else "0"
+    turns = [f'<think>\nsearch\n</think>\n\n<tool_call>\n{{"name": "find_product", "arguments": {json.dumps({"q": p["query"]})}}}\n</tool_call><|im_end|>',
+             f'<think>\nfirst\n</think>\n\n<tool_call>\n{{"name": "recommend_product", "arguments": {{"product_ids": "{first}"}}}}\n</tool_call><|im_end|>',
+             '<think>\nend\n</think>\n\n<tool_call>\n{"name": "terminate", "arguments": {"status": "success"}}\n</tool_call><|im_end|>']
+    calls = {"n": 0}
+    def scripted(model, prompts, **kw):
+        out = [tok(turns[min(calls["n"], 2)], add_special_tokens=False)["input_ids"] for _ in prompts]
+        calls["n"] += 1
+        return out
+    BACKENDS["scripted"] = scripted
+    try: ep = run_episodes(None, tok, [p], engine, backend="scripted")[0]
+    finally: BACKENDS.pop("scripted")
+    assert ep["n_calls"] == ep["valid_calls"] == 3 and ep["end"] == "terminate" and ep["recommended"] == [first]
+    from shopdistill.scoring import score_task
+    assert ep["success"] == score_task(p, first, engine.catalog)["success"]

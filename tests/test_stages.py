@@ -1,0 +1,110 @@
+"Chapter 05's stages: SFT learns and resumes, drills never answer with reserved products, evaluation problems stay unseen."
+import json
+from dataclasses import replace
+
+import pytest
+
+from shopdistill.models import SftSettings, TinySettings, TrainSettings, load_policy
+from shopdistill.stages import (corpus_clusters, corpus_loss, heldout_problems, last_checkpoint, reserved_products, sft, stage_table,
+                                standin_documents, teacher_trajectory)
+from shopdistill.models import sft_row, tool_schemas_for_training
+
+SMALL = TrainSettings(tiny=TinySettings(hidden=32, layers=2, heads=2, kv_heads=2, intermediate=64, bpe_vocab=400), max_tool_chars=150,
+                      max_length=4096, sft=SftSettings(lr=3e-3, lr_sweep=[3e-3], batch_size=2, grad_accum=1, lora=False, bf16=False,
+                                                       save_steps=3, logging_steps=1, warmup_ratio=0.0, scheduler="constant"))
+
+
+@pytest.fixture(scope="module")
+def world():
+    from shopdistill.catalog import Catalog, generate_catalog
+    from shopdistill.search import SearchEngine
+    from shopdistill.tasks import synthesize_tasks
+    catalog = Catalog.from_records(list(generate_catalog(300, seed=0)))
+    engine = SearchEngine.build(catalog)
+    problems = synthesize_tasks(catalog, {"product": 6}, seed=0)
+    return catalog, engine, problems
+
+
+@pytest.fixture(scope="module")
+def rows(world):
+    catalog, engine, problems = world
+    _, tok = load_policy("tiny", SMALL, ids=catalog.ids)
+    tools = tool_schemas_for_training()
+    return tok, [sft_row(tok, teacher_trajectory(p, engine)["messages"], tools) for p in problems]
+
+
+def test_teacher_trajectories_are_canonical(world):
+    from shopdistill.trajectory import new_meta, trajectory_problems
+    catalog, engine, problems = world
+    tr = teacher_trajectory(problems[0], engine)
+    roles = [m["role"] for m in tr["messages"]]
+    assert roles[0] == "user" and roles[1::2] == ["assistant"] * (len(roles) // 2) and isinstance(tr["success"], bool)
+    full = {"trajectory_id": "0" * 20, "problem_id": tr["problem_id"], "query": problems[0]["query"], "category": "product",
+            "messages": tr["messages"], "tools": tool_schemas_for_training(), "meta": new_meta("openai_messages", "t", 1)}
+    assert trajectory_problems(full) == []
+
+
+def test_tiny_sft_lowers_loss_and_resumes_from_its_checkpoint(world, rows, tmp_path):
+    catalog, _, _ = world
+    tok, data = rows
+    model, _ = load_policy("tiny", SMALL, ids=catalog.ids)
+    # same tokenizer for the model: rebuild deterministically (same texts, same ids) and check it is the same
+    assert model.config.vocab_size == len(tok)
+    before = corpus_loss(model, tok, data, SMALL.max_length)
+    out = tmp_path / "s"
+    sft(model, tok, data, SMALL, out, max_steps=6)
+    assert last_checkpoint(out / "checkpoints").endswith("checkpoint-6")
+    trained, _ = load_policy(str(out / "model"))
+    after = corpus_loss(trained, tok, data, SMALL.max_length)
+    assert after < before - 0.5, (before, after)
+    # an interrupted run: the final model is gone, the checkpoint remains; a longer run resumes at step 6
+    import shutil
+    shutil.rmtree(out / "model")
+    sft(load_policy("tiny", SMALL, ids=catalog.ids)[0], tok, data, SMALL, out, max_steps=9)
+    log = json.loads((out / "train_log.json").read_text())
+    assert log["resumed_from"].endswith("checkpoint-6") and log["steps"] == 9
+    assert [h["step"] for h in log["history"]] == list(range(1, 10))  # the checkpoint carries the log of steps 1-6
+    # a finished stage is not trained again
+    assert sft(None, tok, data, SMALL, out) == out / "model"
+
+
+def test_drills_never_answer_with_a_reserved_product(world):
+    catalog, engine, problems = world
+    bank = [{**p, "pool": "open" if k % 2 else "held_out"} for k, p in enumerate(problems)]
+    reserved = reserved_products(bank)
+    assert reserved == {problems[k]["reward"]["product_id"] for k in range(0, len(problems), 2)}
+    docs = standin_documents(bank, engine, 300, seed=0, max_chars=300)
+    answers = {tok for _, a in docs for tok in a.replace(",", " ").replace(".", " ").split()}
+    assert not answers & reserved
+    assert {d[0].split(":")[0] for d in docs} == {"ids", "search", "request"}
+    held = " ".join(problems[k]["query"] for k in range(0, len(problems), 2))
+    assert not any(p["query"] in d[0] for d in docs for p in problems[0::2])
+
+
+def test_heldout_problems_skip_clusters_the_corpus_holds():
+    bank = [{"id": f"p{i}", "pool": "held_out" if i < 6 else "open", "category": "product", "cluster": f"c{i // 2}"} for i in range(8)]
+    seen = corpus_clusters(bank, {"p1", "p6"})
+    assert seen == {"c0", "c3"}
+    assert [p["id"] for p in heldout_problems(bank, ["product"], 10, seen)] == ["p2", "p3", "p4", "p5"]
+    assert [p["id"] for p in heldout_problems(bank, ["product"], 3, seen)] == ["p2", "p3", "p4"]
+
+
+def test_stage_table_orders_stages_found_on_disk(tmp_path):
+    for s in ("stage1_sft", "base", "dr_grpo", "zzz_extra"):
+        (tmp_path / s).mkdir()
+        (tmp_path / s / "eval.json").write_text(json.dumps({"stage": s}))
+    assert [r["stage"] for r in stage_table(tmp_path)] == ["base", "stage1_sft", "dr_grpo", "zzz_extra"]
+
+
+def test_drill_rows_mix_in_at_the_asked_share(rows):
+    from shopdistill.stages import drill_rows, mix_rows
+    from trl.chat_template_utils import get_training_chat_template
+    tok, data = rows
+    drills = drill_rows([("ids: 1000000003\nthe same ids: ", "1000000003")] * 10)
+    mixed = mix_rows(data, drills, 0.5, seed=0)
+    assert len(mixed) == 2 * len(data) and sum(r["tools"] == "[]" for r in mixed) == len(data)
+    assert mix_rows(data, drills, 0.0) == data
+    enc = tok.apply_chat_template(drills[0]["messages"], tools=None, chat_template=get_training_chat_template(tok), tokenize=True,
+                                  return_dict=True, return_assistant_tokens_mask=True)
+    answer = tok.decode([i for i, m in zip(enc["input_ids"], enc["assistant_masks"]) if m])
+    assert "1000000003<|im_end|>" in answer and "<tools>" not in tok.decode(enc["input_ids"])

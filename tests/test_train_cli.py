@@ -1,0 +1,41 @@
+"""`shopdistill train --dry-run`: the full profile's trainers are built (on a tiny stand-in model) in CI, so a broken
+full configuration fails here rather than on a GPU node."""
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from shopdistill.train_cli import dry_run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def full_rows():
+    return dry_run("full")
+
+
+def test_full_profile_builds_every_trainer(full_rows):
+    built = {r["stages"].split(" ")[0]: r for r in full_rows if r["trainer"] != "note"}
+    assert set(built) == {"1-3", "4", "5", "5'"}
+    assert built["1-3"]["lora"] is True and built["1-3"]["max_length"] == 14_336
+    assert built["4"]["beta"] == pytest.approx(0.02)
+    g = built["5"]
+    assert (g["loss_type"], g["scale_rewards"], g["beta"]) == ("dr_grpo", "none", 0.0)
+    assert g["lr"] == pytest.approx(1e-6) and g["num_generations"] == 8
+
+
+def test_a_broken_full_profile_is_caught(tmp_path):
+    cfg = yaml.safe_load((ROOT / "configs" / "full.yaml").read_text())
+    cfg["grpo"]["batch_size"], cfg["grpo"]["grad_accum"], cfg["grpo"]["num_generations"] = 3, 1, 8
+    bad = tmp_path / "broken.yaml"
+    bad.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(Exception, match=re.compile("num_generations|multiple", re.I)):
+        dry_run(str(bad))
+
+
+def test_cli_dry_run_prints_a_summary(capsys):
+    from shopdistill.cli import main
+    assert main(["train", "--profile", "smoke", "--dry-run"]) == 0
+    assert "trainers built, nothing trained" in capsys.readouterr().out
