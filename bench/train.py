@@ -86,7 +86,7 @@ def main():
     ap.add_argument("--steps", type=int, default=6, help="timed SFT steps per batch size")
     ap.add_argument("--episodes", type=int, default=32, help="prompts generated per rollout setting")
     ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--max-len", type=int, default=1024)
+    ap.add_argument("--max-len", type=int, default=4096, help="cut SFT examples here (the tiny model's context)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads); torch.manual_seed(0); random.seed(0)
     cfg = load_config(a.profile)
