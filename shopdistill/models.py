@@ -255,15 +255,21 @@ def _hub_reachable(host: str = "huggingface.co", timeout: float = 2.0) -> bool:
 
 
 def save_policy(model, tokenizer, out_dir) -> Path:
-    "Write `model` (LoRA merged) and `tokenizer` to `out_dir` with `shopdistill.json`; returns the folder."
+    """Write `model` (LoRA merged) and `tokenizer` to `out_dir` with `shopdistill.json`; returns the folder. The files are
+    written next to it and moved in at once, so a run killed while saving never leaves a folder that looks finished."""
+    import shutil
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".partial")
+    if tmp.exists(): shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
     if hasattr(model, "merge_and_unload"): model = model.merge_and_unload()
-    model.save_pretrained(str(out))
-    tokenizer.save_pretrained(str(out))
+    model.save_pretrained(str(tmp))
+    tokenizer.save_pretrained(str(tmp))
     meta = {"fixed_rows": list(getattr(model, "_fixed_rows", [])), "max_tool_chars": getattr(tokenizer, "max_tool_chars", None),
             "dtype": str(next(model.parameters()).dtype).replace("torch.", "")}
-    (out / META_FILE).write_text(json.dumps(meta))
+    (tmp / META_FILE).write_text(json.dumps(meta))
+    if out.exists(): shutil.rmtree(out)
+    tmp.rename(out)
     return out
 
 # %% ../nbs/05_supervised_stack.ipynb #7c73e4e1

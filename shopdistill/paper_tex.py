@@ -76,6 +76,7 @@ def numbers_in_tex(text: str) -> list[str]:
     text = re.sub(r"\\newcommand\{\\[A-Za-z]+\}", "", text)
     text = re.sub(r"\\begin\{tabular\}\{[^}]*\}", "", text)
     text = re.sub(r"\\(label|ref|begin|end)\{[^}]*\}", "", text)
+    text = re.sub(r"\bchapters? \d\d(?:-\d\d)?\b", "", text)  # a pointer to a notebook ("chapter 02"), not a quantity
     return [m.group(0) for m in _NUMBER.finditer(text)]
 
 

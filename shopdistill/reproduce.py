@@ -383,7 +383,9 @@ def reproduce(profile="smoke", only=None, flags=(), force=False, *, nbs_dir=None
                 continue
             say.say(f"{head}: running ({why})")
             now = _as_run(now, chapters, c, manifest["notebooks"])
-            try: manifest["notebooks"][c.stem] = {**now, **_run_chapter(c, run, flags, skip, profile_param, nbs, env, html, timeout, say)}
+            # the kernel learns its chapter's key, so a stage folder left by a killed run is reused only for the same inputs
+            chapter_env = {**env, "SHOPDISTILL_CHAPTER_KEY": now["key"]}
+            try: manifest["notebooks"][c.stem] = {**now, **_run_chapter(c, run, flags, skip, profile_param, nbs, chapter_env, html, timeout, say)}
             except ChapterFailed as e:
                 manifest["notebooks"][c.stem] = {**now, **e.record}
                 write_manifest(run, manifest)

@@ -26,7 +26,11 @@ def _sample_rows(logits, temperature: float, top_p: float, generators):
         keep = (sp.cumsum(-1) - sp) < top_p  # the smallest prefix whose mass reaches top_p (the top token always stays)
         sp = sp * keep
         probs = torch.zeros_like(probs).scatter_(-1, si, sp)
-    return torch.stack([torch.multinomial(probs[i], 1, generator=generators[i])[0] for i in range(len(generators))])
+    # inverse-CDF sampling: one uniform per row from the row's own generator, then one batched search (a per-row
+    # torch.multinomial call cost a quarter of the decoding time on the CPU); rows stay independent of each other
+    u = torch.stack([torch.rand((), generator=g, device=probs.device, dtype=torch.float64) for g in generators])
+    cdf = probs.double().cumsum(-1)
+    return torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(1).clamp_(max=probs.shape[-1] - 1)
 
 
 def generate_transformers(model, prompts: list[list[int]], *, max_new_tokens: int, temperature: float, top_p: float,

@@ -171,7 +171,8 @@ def run_work(work: dict) -> tuple[bytes, list[dict]]:
     `work` holds phase, race_id, day, suite_version, problem_seed, validator, version (an AgentVersion), start_ms, seed."""
     st, v = _STATE["settings"], work["version"]
     limits, cache, catalog = _STATE["limits"], _STATE["cache"], _STATE["catalog"]
-    agent, clock = MinerAgent(v.spec, limits.step_cap), SimClock(work["start_ms"])
+    # a version may bring its own agent (`_STATE["agents"]`: chapter 07's distilled checkpoint re-entering a season); the rest are simulated
+    agent, clock = _STATE.get("agents", {}).get(v.version_id) or MinerAgent(v.spec, limits.step_cap), SimClock(work["start_ms"])
     suite_deadline = work["start_ms"] + int(limits.suite_s * 1000)
     lines, rows = [], []
     for k, pid in enumerate(work["problem_ids"]):

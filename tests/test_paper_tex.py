@@ -60,6 +60,7 @@ def test_a_hand_typed_number_is_refused(tmp_path):
     (r"% 99 in a comment" + "\n7", ["7"]),
     (r"\begin{tabular}{lrr} 3 \\", ["3"]),
     (r"\newcommand{\AsrSft}{42.7}", ["42.7"]),
+    ("The season (chapter 02), 5 races; the corpus (chapters 03-04)", ["5"]),
 ])
 def test_numbers_in_tex(tex, nums):
     assert numbers_in_tex(tex) == nums

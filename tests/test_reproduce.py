@@ -138,6 +138,25 @@ def test_unchanged_second_run_executes_nothing(project):
     assert statuses(m) == {"00_first": "executed", "01_second": "executed"}
 
 
+def test_each_kernel_gets_its_chapters_key_and_a_keyed_folder_follows_it(project):
+    "The key in the manifest reaches the chapter (`$SHOPDISTILL_CHAPTER_KEY`): a stage folder keyed on it survives an unchanged rerun only."
+    body = ("import os\nfrom shopdistill.config import keyed_dir, run_dir\n"
+            "d = keyed_dir(run_dir(profile) / 'stage')\n"
+            "(run_dir(profile) / 'key.txt').write_text(os.environ['SHOPDISTILL_CHAPTER_KEY'])\n"
+            "(d / 'work').write_text('done') if not (d / 'work').exists() else None\n"
+            "(d / 'runs').open('a').write('x')")
+    write_nb(project / "nbs" / "01_second.ipynb", second_cells(body))
+    m = run(project)
+    stage = project / "runs" / "tiny" / "stage"
+    assert (project / "runs" / "tiny" / "key.txt").read_text() == m["notebooks"]["01_second"]["key"]
+    assert (stage / "inputs.key").read_text().strip() == m["notebooks"]["01_second"]["key"]
+    run(project, force=True)  # same inputs, run again (as after a kill): the folder's work is kept
+    assert (stage / "runs").read_text() == "xx"
+    (project / "configs" / "tiny.yaml").write_text("seed: 8\ncatalog:\n  n_products: 10\n  seed: 3\n")
+    m = run(project)  # other inputs: the folder is emptied before the chapter writes into it
+    assert (stage / "runs").read_text() == "x" and (stage / "inputs.key").read_text().strip() == m["notebooks"]["01_second"]["key"]
+
+
 def test_changing_the_config_reruns_the_chain(project):
     run(project)
     cfg = project / "configs" / "tiny.yaml"

@@ -77,3 +77,24 @@ def test_a_scripted_model_solves_a_problem(world):
     assert ep["n_calls"] == ep["valid_calls"] == 3 and ep["end"] == "terminate" and ep["recommended"] == [first]
     from shopdistill.scoring import score_task
     assert ep["success"] == score_task(p, first, engine.catalog)["success"]
+
+
+def test_sampling_follows_the_distribution_and_each_rows_own_stream():
+    "Inverse-CDF sampling with a generator per row: frequencies match softmax(logits / T) (chi-square), top-p drops the tail, rows are independent."
+    from scipy.stats import chisquare
+    from shopdistill.rollout import _sample_rows
+    logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -30.0])
+    n = 20_000
+    gens = [torch.Generator().manual_seed(s) for s in range(n)]
+    draws = _sample_rows(logits.expand(n, -1), 0.7, 1.0, gens)
+    p = torch.softmax(logits / 0.7, -1)
+    counts = torch.bincount(draws, minlength=6)
+    assert counts[5] == 0  # a token of probability ~1e-19 is never drawn
+    expected = (p[:5].double() / p[:5].double().sum() * n).numpy()
+    assert chisquare(counts[:5].double().numpy(), expected * counts[:5].sum().item() / expected.sum()).pvalue > 1e-3
+    top = _sample_rows(logits.expand(n, -1), 1.0, 0.5, [torch.Generator().manual_seed(s) for s in range(n)])
+    assert set(top.tolist()) <= {0, 1}  # 0.5 of the mass: the top token (0.48) and the one that crosses 0.5
+    # a row's draw depends on its own generator only, not on the rows beside it
+    one = _sample_rows(logits[None], 0.7, 1.0, [torch.Generator().manual_seed(123)])
+    many = _sample_rows(logits.expand(3, -1), 0.7, 1.0, [torch.Generator().manual_seed(s) for s in (7, 123, 9)])
+    assert one[0] == many[1]

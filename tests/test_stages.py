@@ -68,6 +68,24 @@ def test_tiny_sft_lowers_loss_and_resumes_from_its_checkpoint(world, rows, tmp_p
     assert sft(None, tok, data, SMALL, out) == out / "model"
 
 
+def test_a_stage_killed_after_a_checkpoint_ends_with_the_same_weights(world, rows, tmp_path):
+    "Resuming from the last checkpoint (model, optimizer, scheduler, RNG, data order) gives the uninterrupted run's weights, bit for bit."
+    import shutil
+    import torch
+    catalog, _, _ = world
+    tok, data = rows
+    out = tmp_path / "s"
+    sft(load_policy("tiny", SMALL, ids=catalog.ids)[0], tok, data, SMALL, out, max_steps=6)
+    whole = {k: v.clone() for k, v in load_policy(str(out / "model"))[0].state_dict().items()}
+    # the run as a kill after step 3 leaves it: checkpoint-3, no later checkpoint, no final model
+    shutil.rmtree(out / "model"); shutil.rmtree(out / "checkpoints" / "checkpoint-6")
+    sft(load_policy("tiny", SMALL, ids=catalog.ids)[0], tok, data, SMALL, out, max_steps=6)
+    assert json.loads((out / "train_log.json").read_text())["resumed_from"].endswith("checkpoint-3")
+    resumed = load_policy(str(out / "model"))[0].state_dict()
+    assert whole.keys() == resumed.keys()
+    assert [k for k in whole if not torch.equal(whole[k], resumed[k])] == []
+
+
 def test_drills_never_answer_with_a_reserved_product(world):
     catalog, engine, problems = world
     bank = [{**p, "pool": "open" if k % 2 else "held_out"} for k, p in enumerate(problems)]
@@ -87,6 +105,28 @@ def test_heldout_problems_skip_clusters_the_corpus_holds():
     assert seen == {"c0", "c3"}
     assert [p["id"] for p in heldout_problems(bank, ["product"], 10, seen)] == ["p2", "p3", "p4", "p5"]
     assert [p["id"] for p in heldout_problems(bank, ["product"], 3, seen)] == ["p2", "p3", "p4"]
+
+
+def test_heldout_problems_are_a_total_split_evenly_over_categories():
+    bank = [{"id": f"{c}{i}", "pool": "held_out", "category": c, "cluster": f"{c}{i}"} for c in ("product", "shop", "voucher") for i in range(40)]
+    got = heldout_problems(bank, ["product", "shop", "voucher"], 75)
+    assert len(got) == 75 and [sum(p["category"] == c for p in got) for c in ("product", "shop", "voucher")] == [25, 25, 25]
+    got = heldout_problems(bank, ["product", "shop", "voucher"], 8)
+    assert [p["id"] for p in got] == ["product0", "product1", "product2", "shop0", "shop1", "shop2", "voucher0", "voucher1"]
+
+
+def test_an_untrained_stage_reuses_the_previous_evaluation(tmp_path):
+    import gzip
+    from shopdistill.stages import read_episodes, reuse_evaluation, write_json
+    src = tmp_path / "stage1_sft"
+    src.mkdir()
+    eps = [{"problem_id": "p1", "sample": 0, "success": False}]
+    with gzip.open(src / "eval.jsonl.gz", "wt") as f: f.write(json.dumps(eps[0]) + "\n")
+    write_json(src / "eval.json", {"stage": "stage1_sft", "asr": 0.0, "pass@8": float("nan"), "eval_seconds": 12.5})
+    row = reuse_evaluation(src, tmp_path / "stage2_rejection", "stage2_rejection")
+    assert row == {"stage": "stage2_rejection", "asr": 0.0, "pass@8": None, "eval_seconds": 0.0, "same_policy_as": "stage1_sft"}
+    assert read_episodes(tmp_path / "stage2_rejection" / "eval.jsonl.gz") == eps
+    assert json.loads((tmp_path / "stage2_rejection" / "eval.json").read_text()) == row
 
 
 def test_stage_table_orders_stages_found_on_disk(tmp_path):

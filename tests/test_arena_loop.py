@@ -1,0 +1,126 @@
+"Chapter 07's loop: a trained checkpoint as an SN15 miner (`agent_main`), and a season of the arena with it entered."
+import json
+import random
+
+import pytest
+
+from shopdistill.arena_loop import CheckpointMiner, LoopSeason, LoopSettings, last_checkpoint_stage, placing, run_loop
+from shopdistill.models import TinySettings, TrainSettings, load_policy
+
+TINY = TrainSettings(tiny=TinySettings(hidden=32, layers=2, heads=2, kv_heads=2, intermediate=64, bpe_vocab=400), max_tool_chars=200)
+
+
+@pytest.fixture(scope="module")
+def world():
+    from shopdistill.catalog import Catalog, generate_catalog
+    from shopdistill.search import SearchEngine
+    from shopdistill.tasks import synthesize_tasks
+    catalog = Catalog.from_records(list(generate_catalog(300, seed=0)))
+    engine = SearchEngine.build(catalog)
+    problem = synthesize_tasks(catalog, {"product": 1}, seed=0)[0]
+    model, tok = load_policy("tiny", TINY, ids=catalog.ids)
+    return catalog, engine, problem, model, tok
+
+
+def _client(engine, seed=0):
+    from shopdistill.tool_client import InProcessToolClient, ProxyLog, SearchCache, SimClock
+    return InProcessToolClient(SearchCache(engine), SimClock(1_000), random.Random(seed), ProxyLog(2000))
+
+
+def scripted(tok, texts):
+    """A stand-in for a trained policy's sampler (a trained model cannot be produced inside a unit test): it returns the
+    token ids of `texts`, one per turn. Everything around it (rendering, parsing, tools, billing, the envelope) is real."""
+    turns = iter(texts)
+    def generate(model, prompts, **kw):
+        return [tok(next(turns) + "<|im_end|>", add_special_tokens=False)["input_ids"] for _ in prompts]
+    return generate
+
+
+def _call(name, args): return f'<think>\nlooking\n</think>\n\n<tool_call>\n{json.dumps({"name": name, "arguments": args})}\n</tool_call>'
+
+
+def test_checkpoint_miner_calls_tools_and_the_validator_scores_it(world):
+    from shopdistill.validator import Limits, problem_success, run_problem
+    catalog, engine, problem, model, tok = world
+    hits = engine.find_product(problem["query"])
+    first = str(hits[0]["product_id"])
+    miner = CheckpointMiner(model, tok, step_cap=5, max_new_tokens=64,
+                            backend=scripted(tok, [_call("find_product", {"q": problem["query"]}),
+                                                   _call("recommend_product", {"product_ids": first}),
+                                                   _call("terminate", {"status": "success"})]))
+    client = _client(engine)
+    env, calls = run_problem(miner.agent_main, problem, client, Limits(step_cap=5))
+    assert env["status"] == "SUCCESS" and miner.turns == 3           # terminate ends the episode: no fourth turn
+    assert [c["kind"] for c in calls].count("inference") == 3      # one billed model call per turn
+    assert [c["path"] for c in calls if c["kind"] == "search"] == ["/find_product"]  # the search went through the proxy
+    steps = env["dialogue"]
+    assert len(steps) == 3
+    names = [json.dumps(s, default=str) for s in steps]
+    assert "find_product" in names[0] and "recommend_product" in names[1] and first in names[1] and "terminate" in names[2]
+    # the validator's verdict is the scorer's on the recommended id, whatever it is
+    from shopdistill.scoring import score_task
+    assert problem_success(problem, env, catalog) == bool(score_task(problem, first, catalog, scorer="production_strict")["success"])
+
+
+def test_checkpoint_miner_stops_on_a_turn_without_a_call(world):
+    from shopdistill.validator import Limits, run_problem
+    _, engine, problem, model, tok = world
+    miner = CheckpointMiner(model, tok, step_cap=5, max_new_tokens=64, backend=scripted(tok, ["<think>\nno idea\n</think>\n\nSorry."]))
+    env, calls = run_problem(miner.agent_main, problem, _client(engine), Limits(step_cap=5))
+    assert env["status"] == "SUCCESS" and miner.turns == 1 and len(env["dialogue"]) == 1
+    assert not any(c["kind"] == "search" for c in calls)
+
+
+def test_checkpoint_miner_is_deterministic_when_greedy(world):
+    from shopdistill.validator import Limits, run_problem
+    _, engine, problem, model, tok = world
+    runs = []
+    for _ in range(2):
+        miner = CheckpointMiner(model, tok, step_cap=3, max_new_tokens=24)
+        env, _ = run_problem(miner.agent_main, problem, _client(engine), Limits(step_cap=3))
+        runs.append(json.dumps(env["dialogue"], sort_keys=True))
+    assert runs[0] == runs[1]
+
+
+def test_last_checkpoint_stage_follows_the_recipe_order(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no stage checkpoint"):
+        last_checkpoint_stage(tmp_path)
+    for s in ("base", "stage1_sft", "stage4_kto"):
+        (tmp_path / s / "model").mkdir(parents=True)
+        (tmp_path / s / "model" / "config.json").write_text("{}")
+    (tmp_path / "dr_grpo").mkdir()  # evaluated or screened, but no model: not a checkpoint
+    assert last_checkpoint_stage(tmp_path) == "stage4_kto"
+
+
+def test_a_loop_season_places_the_entrant_every_day(tiny_season, tiny_season_yaml, tmp_path_factory):
+    from shopdistill.config import load_config
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SHOPDISTILL_RUNS", str(tmp_path_factory.getbasetemp() / "runs"))  # the tiny season's sandbox
+        cfg = load_config(tiny_season / "season.yaml")
+        from shopdistill.season import load_sandbox
+        catalog = load_sandbox(cfg)[0]
+        model, tok = load_policy("tiny", TINY, ids=catalog.ids[:200])
+        out = run_loop(cfg, model, tok, LoopSettings(days=2, max_new_tokens=8), progress=False)
+    place, races = out["placing"], out["races"]
+    assert [p["day"] for p in place] == [0, 1]
+    entrant = out["entrant"]
+    for p in place:
+        q = races[(races["day"] == p["day"]) & (races["phase"] == "qualifying")]
+        assert p["entrants"] == len(q) and 1 <= p["qualifying_rank"] <= p["entrants"]
+        assert p["leader_score"] == q["score"].max() >= p["score"]
+    # the entrant ran every day with one version, and nobody copied or improved it
+    versions = races.drop_duplicates("agent_version_id")
+    mine = versions[versions["hotkey"] == versions.loc[versions["agent_version_id"] == entrant, "hotkey"].iloc[0]]
+    assert list(mine["agent_version_id"]) == [entrant]
+    assert out["summary"]["model_calls"] >= 2 * 2 * 6  # two days x two validators x the suite's problems, a call each at least
+    assert out["summary"]["days"] == 2 and placing(races, entrant) == place
+
+
+def test_placing_shares_a_place_between_ties():
+    import pandas as pd
+    rows = [{"day": 0, "phase": "qualifying", "agent_version_id": v, "score": s, "success_rate": s, "qualified": s > 0.5, "rank": None, "weight": None}
+            for v, s in (("v000002", 0.0), ("v000001", 0.9), ("v-distilled", 0.0), ("v000003", 0.0))]
+    rows.append({"day": 0, "phase": "race", "agent_version_id": "v000001", "score": 0.8, "success_rate": 0.8, "qualified": True, "rank": 1, "weight": 65535})
+    (p,) = placing(pd.DataFrame(rows), "v-distilled")
+    assert (p["qualifying_rank"], p["entrants"], p["qualified"], p["race_rank"], p["weight"]) == (2, 4, False, None, 0.0)
+    assert p["leader_score"] == 0.9 and p["race_entrants"] == 1
