@@ -91,7 +91,8 @@ def retrace(entry: dict, results: dict, published: set) -> str | None:
     "Recompute a provenance entry's text from `results` (or check it against the published set); None when it cannot be traced."
     if entry["origin"] == "published":
         v = float(entry["key"].split(":", 1)[1])
-        return entry["fmt"].format(v) if v in published else None
+        if v not in published: return None
+        return entry["fmt"].format(int(v) if v.is_integer() and "." not in entry["fmt"] else v)  # volumes are quoted as integers
     if entry["key"] not in results: return None
     v = results[entry["key"]]
     return "--" if v is None else entry["fmt"].format(v * entry["scale"] if entry["scale"] != 1 else v)
