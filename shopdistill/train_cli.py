@@ -3,7 +3,7 @@
 # %% auto 0
 __all__ = ['dry_run']
 
-# %% ../nbs/05_supervised_stack.ipynb #358218c7
+# %% ../nbs/05_supervised_stack.ipynb #29ff1176
 from .cli import UsageError, command  # this module stays light: `shopdistill --help` imports it
 
 
