@@ -128,7 +128,7 @@ def run_loop(cfg, model, tok, settings: LoopSettings, progress: bool = True) -> 
     "One season of the profile's arena with the checkpoint as a miner: its placing per day and a summary."
     import pandas as pd
     from shopdistill.arena import ArenaSettings
-    from shopdistill.miners import MinerSpec
+    from shopdistill.miners import VARIANTS, MinerSpec
     from shopdistill.models import TrainSettings
     from shopdistill.season import ArenaTracesSettings, _STATE, load_sandbox, race_bank, run_work, set_state
     t0 = time.time()
@@ -143,7 +143,7 @@ def run_loop(cfg, model, tok, settings: LoopSettings, progress: bool = True) -> 
                             max_prompt_tokens=settings.max_prompt_tokens or ro.max_prompt_tokens, temperature=settings.temperature,
                             top_p=settings.top_p, tokens_per_s=settings.tokens_per_s, seed=settings.seed, backend=ro.backend)
     # its label in the season's tables: an agentic miner (it writes its own tool calls); the spec itself is never run
-    season = LoopSeason(st, rules, bank, labels, pools, suites, MinerSpec.make("agentic", sorted(_agentic_variants())[0]))
+    season = LoopSeason(st, rules, bank, labels, pools, suites, MinerSpec.make("agentic", sorted(VARIANTS["agentic"])[0]))
     _STATE["agents"] = {season.entrant.version_id: miner}
     writer, days = _CountingWriter(), []
     try:
@@ -164,8 +164,3 @@ def run_loop(cfg, model, tok, settings: LoopSettings, progress: bool = True) -> 
                "success_rate": float(pd.Series([p["success_rate"] for p in place]).mean()), "weight_total": float(sum(p["weight"] for p in place)),
                "model_calls": miner.turns, "traces": writer.envelopes, "seconds": round(time.time() - t0, 1)}
     return {"summary": summary, "placing": place, "races": races, "entrant": season.entrant.version_id}
-
-
-def _agentic_variants():
-    from shopdistill.miners import VARIANTS
-    return VARIANTS["agentic"]

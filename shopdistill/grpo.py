@@ -204,16 +204,12 @@ def _peft_config(s):
                       task_type="CAUSAL_LM", bias="none")
 
 
-def _last_checkpoint(folder: Path) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
-    return get_last_checkpoint(str(folder)) if folder.is_dir() else None
-
-
 def _train_and_save(trainer, tok, out_dir: Path, resume: bool, extra: dict) -> Path:
     "Train (from the last checkpoint when `resume`), save the policy to out_dir/model, the log and timing next to it."
     import torch
     t0 = time.time()
-    ckpt = _last_checkpoint(out_dir / "trainer") if resume else None
+    from shopdistill.stages import last_checkpoint  # the one resume rule of every stage (a checkpoint with its trainer state)
+    ckpt = last_checkpoint(out_dir / "trainer") if resume else None
     with compact_lm_head(): result = trainer.train(resume_from_checkpoint=ckpt)
     from shopdistill.models import save_policy
     model_dir = save_policy(trainer.model, tok, out_dir / "model")

@@ -171,13 +171,14 @@ def kto_stage(model, tok, desirable: list[dict], undesirable: list[dict], settin
               cpu: bool | None = None, ref_model=None) -> Path:
     """Stage 4: TRL's KTOTrainer on `desirable` and `undesirable` episodes (β = settings.beta); trains `model` in place.
     Returns the checkpoint folder out_dir/model (written by `save_policy`), with `train_log.json` next to it."""
-    from shopdistill.grpo import _last_checkpoint, compact_lm_head
+    from shopdistill.grpo import compact_lm_head
+    from shopdistill.stages import last_checkpoint
     from shopdistill.models import save_policy
     out_dir = Path(out_dir)
     if resume and (out_dir / "model" / "config.json").exists(): return out_dir / "model"  # a finished stage is not trained again
     trainer = kto_trainer(model, tok, desirable, undesirable, settings, out_dir, cpu=cpu, ref_model=ref_model)
     t0 = time.time()
-    ckpt = _last_checkpoint(out_dir / "trainer") if resume else None
+    ckpt = last_checkpoint(out_dir / "trainer") if resume else None
     with compact_lm_head(): result = trainer.train(resume_from_checkpoint=ckpt)  # label-only output layer on the CPU (chapter 06)
     model_dir = save_policy(trainer.model, tok, out_dir / "model")
     log = {"log_history": trainer.state.log_history, "global_step": trainer.state.global_step, "resumed_from": ckpt,
