@@ -135,7 +135,7 @@ def test_fixed_id_rows_get_no_gradient_and_lm_loss_matches(policy):
 def test_hub_id_fails_fast_with_a_clear_error():
     from shopdistill.models import _hub_reachable
     if _hub_reachable(): pytest.skip("the hub is reachable here: the offline error path cannot be exercised")
-    with pytest.raises(RuntimeError, match="(?s)cannot load model .Qwen/Qwen3-4B.*train.base: tiny"):
+    with pytest.raises(RuntimeError, match="(?s)cannot load model .Qwen/Qwen3-4B.*train.base: smollm2-135m-instruct"):
         load_policy("Qwen/Qwen3-4B")
 
 
@@ -147,3 +147,5 @@ def test_both_profiles_have_a_valid_train_section():
     assert full.base == "Qwen/Qwen3-4B" and full.max_length == 14_336 and full.sft.lora and full.sft.lora_r > 0
     assert (full.rejection.k, full.rejection.temperature, full.rejection.top_p) == (8, 0.9, 0.95) and len(full.sft.lr_sweep) > 1
     assert full.max_tool_chars is None and not full.standin.enabled
+    smol = load_config("smollm2").section("train", TrainSettings)
+    assert smol.base == "smollm2-135m-instruct" and not smol.standin.enabled and smol.rollout.backend == "vllm" and "base" in smol.eval.sampled
