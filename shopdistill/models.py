@@ -77,8 +77,8 @@ class RolloutSettings:
     max_new_tokens: int = 1024  # per assistant turn
     max_prompt_tokens: int = 14_336  # an episode whose prompt outgrows this ends (the model's context)
     kv_reuse: bool = True  # transformers: each episode keeps its KV cache between turns (only the new tokens are prefilled)
-    bf16: bool = False  # transformers: bf16 autocast on the CPU
-    vllm_dtype: str = "bfloat16"
+    bf16: bool = False  # transformers: bf16 autocast on the CPU (only where it has bf16 instructions)
+    vllm_dtype: str = "float32"  # bf16 only where the CPU has bf16 instructions (AMX, AVX512-BF16) or on GPUs: 4x slower on AVX2
     vllm_kv_cache_gb: float = 4.0  # the KV cache vLLM reserves (its default takes most of the memory)
 
 

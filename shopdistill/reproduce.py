@@ -335,9 +335,9 @@ class _Following:
             lines = [l.strip() for l in text.replace("\r", "\n").splitlines() if l.strip()]
             if lines and lines[-1] != last:
                 last = lines[-1]
-                self.status.update(f"{self.msg}: {last}")
+                if self.status.console.is_terminal: self.status.update(f"{self.msg}: {last}")
                 # no terminal (CI's log): a spinner draws nothing, so a line at most once a minute instead
-                if not self.status.console.is_terminal and time.time() - self.printed >= 60:
+                elif time.time() - self.printed >= 60:
                     self.status.console.print(f"  {last}")
                     self.printed = time.time()
 

