@@ -104,7 +104,8 @@ def generate_transformers(model, prompts: list[list[int]], *, max_new_tokens: in
     out, done = [[] for _ in range(B)], torch.zeros(B, dtype=torch.bool, device=dev)
     was_training = model.training
     model.eval()
-    ctx = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16 and dev.type == "cpu")
+    from shopdistill.config import cpu_bf16
+    ctx = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16 and dev.type == "cpu" and cpu_bf16())
     with torch.inference_mode(), ctx:
         res = model(input_ids=ids, attention_mask=mask, position_ids=pos[:, C:], past_key_values=_batched_cache([t for _, t in taken], C),
                     use_cache=True, logits_to_keep=1)

@@ -69,6 +69,7 @@ def standin_documents(bank: list[dict], engine, n: int, seed: int = 0, max_chars
     return docs
 
 # %% ../nbs/05_supervised_stack.ipynb #ef3519e3
+from .config import cpu_bf16
 def _encode_drills(tok, docs, seq_len: int):
     rows = []
     for text, answer in docs:
@@ -102,7 +103,7 @@ def pretrain_standin(model, tok, docs, settings: StandinSettings, bf16: bool = T
     hist, acc, t0 = [], [], time.time()
     for step in range(settings.steps):
         ids, mask, lab = _batch(rng.sample(rows, min(settings.batch_size, len(rows))), tok.pad_token_id)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16 and cpu_bf16()):
             loss = lm_loss(model, ids, mask, lab)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -223,6 +224,7 @@ def write_json(path, obj) -> Path:
     return path
 
 # %% ../nbs/05_supervised_stack.ipynb #a600fda0
+from .config import cpu_bf16
 from .models import SftSettings, TrainSettings, load_policy, save_policy, sft_row, tool_schemas_for_training
 
 
@@ -282,7 +284,7 @@ def sft_config(s: SftSettings, out_dir, max_length: int, lr: float, max_steps: i
                      per_device_train_batch_size=s.batch_size, gradient_accumulation_steps=s.grad_accum,
                      lr_scheduler_type=s.scheduler, warmup_steps=s.warmup_ratio, weight_decay=s.weight_decay, max_grad_norm=s.max_grad_norm,
                      optim="adamw_torch", adam_beta1=0.9, adam_beta2=0.95, seed=s.seed, data_seed=s.seed,
-                     bf16=s.bf16, fp16=False, use_cpu=on_cpu, assistant_only_loss=True, completion_only_loss=None, packing=False,
+                     bf16=bool(s.bf16 and (not on_cpu or cpu_bf16())), fp16=False, use_cpu=on_cpu, assistant_only_loss=True, completion_only_loss=None, packing=False,
                      max_length=max_length, truncation_mode="keep_start", padding_free=False, gradient_checkpointing=False,
                      logging_steps=s.logging_steps, save_strategy="steps", save_steps=s.save_steps, save_total_limit=2,
                      save_only_model=False, report_to=[], disable_tqdm=True, dataloader_num_workers=0, dataset_num_proc=None,
