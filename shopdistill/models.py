@@ -79,7 +79,7 @@ class RolloutSettings:
     kv_reuse: bool = True  # transformers: each episode keeps its KV cache between turns (only the new tokens are prefilled)
     bf16: bool = False  # transformers: bf16 autocast on the CPU (only where it has bf16 instructions)
     vllm_dtype: str = "float32"  # bf16 only where the CPU has bf16 instructions (AMX, AVX512-BF16) or on GPUs: 4x slower on AVX2
-    vllm_kv_cache_gb: float = 4.0  # the KV cache vLLM reserves (its default takes most of the memory)
+    vllm_kv_cache_gb: float | None = None  # the KV cache vLLM reserves (None: every episode of a batch at full length, see rollout.kv_cache_bytes)
 
 
 @dataclass(frozen=True)
