@@ -20,6 +20,10 @@ def _arena_arguments(p):
     r.add_argument("--timeout-problem", type=float, default=300.0, help="seconds per problem (default 300, as SN15)")
     r.add_argument("--timeout-suite", type=float, default=1800.0, help="seconds for the whole suite (default 1800, as SN15)")
     r.add_argument("--out", help="where to write output.jsonl (default runs/<profile>/arena/run_agent/<stem>/)")
+    r.add_argument("--no-isolation", action="store_true", help="run the file without the bubblewrap sandbox: ONLY for files you trust")
+    r.add_argument("--model-url", help="an OpenAI-compatible endpoint (e.g. http://localhost:8000/v1) behind the proxy's model route; "
+                                       "default: the sandbox's stub model. The key, if any, is read from $OPENAI_API_KEY")
+    r.add_argument("--model", help="the model name sent to --model-url (default: the name the agent asks for)")
     c = sub.add_parser("check", help="only the static checks a submission must pass")
     c.add_argument("file")
     c.add_argument("--problems", help="problems whose phrases and terms the file must not copy")
@@ -59,7 +63,12 @@ def _arena(args) -> int:
     from shopdistill.season import load_sandbox
     catalog, engine, tasks = load_sandbox(cfg)
     problems = _cli_problems(args, cfg, tasks)
-    res = run_agent_file(args.file, problems, engine, args.timeout_problem, args.timeout_suite, cfg.env.step_cap_oro, progress=True)
+    from shopdistill.run_agent import IsolationUnavailable
+    if args.model and not args.model_url: raise UsageError("--model names the model of --model-url; give --model-url too")
+    try:
+        res = run_agent_file(args.file, problems, engine, args.timeout_problem, args.timeout_suite, cfg.env.step_cap_oro, progress=True,
+                             isolation=not args.no_isolation, model_url=args.model_url, model=args.model)
+    except IsolationUnavailable as e: raise UsageError(str(e)) from None
     if not res["accepted"]:
         for r in res["rejections"]: print(f"{args.file}: {r}")
         print(f"rejected: {len(res['rejections'])} finding(s)")
@@ -70,5 +79,7 @@ def _arena(args) -> int:
         for e in res["envelopes"]: f.write(json.dumps(e, ensure_ascii=False) + "\n")
     s = res["score"]
     print(f"{s['problems']} problems: success rate {s['success_rate']:.3f}, mean judge {s['mean_quality']:.2f}, "
-          f"coefficient {s['coefficient']:.4f}, final score {s['final_score']:.4f}; envelopes -> {out / 'output.jsonl'}")
+          f"coefficient {s['coefficient']:.4f}, final score {s['final_score']:.4f}; envelopes -> {out / 'output.jsonl'}"
+          + ("" if args.model_url else "; the model was the sandbox's stub (--model-url for a real one)")
+          + ("; NOT ISOLATED (--no-isolation)" if args.no_isolation else ""))
     return 0
