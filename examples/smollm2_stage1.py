@@ -16,15 +16,13 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, replace
-from pathlib import Path
+from dataclasses import asdict
 
 
 def main() -> int:
     import datasets
     import torch
     from shopdistill.config import load_config, quiet_libraries
-    from shopdistill.evalstats import wilson
     from shopdistill.models import TrainSettings, load_policy
     from shopdistill.rollout import close_vllm
     from shopdistill.season import load_sandbox
@@ -63,8 +61,9 @@ def main() -> int:
     s1 = out / "stage1_sft"
     if not (s1 / "model" / "config.json").exists():
         model, tok = load_policy(ts.base, ts)
-        train = corpus_rows(per_problem_rows([r for r in corpus["train"] if r["category"] in ts.sft.categories], ts.sft.per_problem), tok)
-        print(f"stage 1: {len(train)} corpus conversations of {len({r['problem_id'] for r in corpus['train'] if r['category'] in ts.sft.categories})} problems, "
+        mine = [r for r in corpus["train"] if r["category"] in ts.sft.categories]
+        train = corpus_rows(per_problem_rows(mine, ts.sft.per_problem), tok)
+        print(f"stage 1: {len(train)} corpus conversations of {len({r['problem_id'] for r in mine})} problems, "
               f"{ts.sft.max_steps} steps x {ts.sft.grad_accum}, lr {ts.sft.lr}")
         t = time.time()
         sft(model, tok, train, ts, s1)
@@ -75,7 +74,7 @@ def main() -> int:
     summary = {}
     for stage, r in rows.items():
         k, n = round(r["asr"] * r["n_problems"]), r["n_problems"]
-        lo, hi = wilson(k, n)
+        lo, hi = r["asr_lo"], r["asr_hi"]  # stage_row's Wilson 95% interval
         summary[stage] = {"solved": k, "n": n, "asr": r["asr"], "wilson95": [lo, hi], "valid_call_rate": r["valid_call_rate"],
                           "existing_id_rate": r["existing_id_rate"], "eval_seconds": r["eval_seconds"], "generated_tokens": r.get("generated_tokens")}
         print(f"{stage:>11}: {k}/{n} = {100 * r['asr']:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]  valid calls {100 * r['valid_call_rate']:.1f}%  "
