@@ -373,10 +373,11 @@ class Sandbox:
             if os.path.islink(link): binds += ["--symlink", os.readlink(link), link]
             elif os.path.isdir(link): binds += ["--ro-bind", link, link]
         bw = [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
-              "--hostname", "sandbox", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--ro-bind", "/usr", "/usr", *binds,
+              "--hostname", "sandbox", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+              # the scratch tmpfs first: a venv that lives under /tmp (a clone in /tmp) is bound on top of it, not hidden beneath it
+              "--size", str(self.limits.scratch_mb << 20), "--tmpfs", SCRATCH, "--ro-bind", "/usr", "/usr", *binds,
               "--ro-bind", str(self.stage / "agent"), AGENT_DIR, "--ro-bind", str(self.stage / "compat"), COMPAT_DIR,
-              "--ro-bind", str(self.run_dir), RUN_DIR, "--size", str(self.limits.scratch_mb << 20), "--tmpfs", SCRATCH,
-              "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/", "--remount-ro", "/dev", "--chdir", AGENT_DIR, "--", *inner]
+              "--ro-bind", str(self.run_dir), RUN_DIR, "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/", "--remount-ro", "/dev", "--chdir", AGENT_DIR, "--", *inner]
         if not self.root: return bw
         drop = ["setpriv", f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups", "--bounding-set=-all", "--inh-caps=-all", "--"]
         return ["unshare", "--mount", "--propagation", "private", "--", shutil.which("sh"), "-c", _STAGE_MOUNTS, "sh", *pre, "--", *drop, *bw]

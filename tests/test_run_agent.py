@@ -269,6 +269,22 @@ def test_refuses_where_no_tool_can_isolate():
     assert "no-such-bwrap" in why and "not found on PATH" in why and "apt-get install bubblewrap" in why and "--no-isolation" in why
 
 
+def test_an_interpreter_under_tmp_is_not_hidden_by_the_sandbox_scratch(sandboxed):
+    """A clone in /tmp puts its .venv under /tmp, where the sandbox mounts its own scratch tmpfs; the interpreter must still be
+    seen inside (a clean clone once failed here with `bwrap: execvp .../.venv/bin/python3.11: No such file or directory`)."""
+    import tempfile
+    with tempfile.TemporaryDirectory(dir="/tmp") as d:
+        venv = Path(d) / "clone" / ".venv"
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        code = "from shopdistill.run_agent import isolation_problem; import sys; print(sys.prefix); print(isolation_problem())"
+        out = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, env=env, timeout=120)
+        assert out.returncode == 0, out.stderr
+        prefix, why = out.stdout.strip().splitlines()
+        assert prefix == str(venv)  # the test is real: the interpreter's own prefix is under /tmp
+        assert why == "None", why
+
+
 def test_refuses_on_a_kernel_without_namespaces(sandboxed, tmp_path):
     """A machine whose kernel makes no new namespaces, simulated for real: the CLI runs as an unprivileged uid inside a user
     namespace where `bwrap --disable-userns` has made the kernel refuse any further one (ENOSPC)."""
