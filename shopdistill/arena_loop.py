@@ -44,6 +44,7 @@ class CheckpointMiner:
         self.tools = tool_schemas_for_training()
         self.stop = [tok.convert_tokens_to_ids("<|im_end|>"), tok.eos_token_id]
         self.turns = 0  # model calls made, over every problem
+        self.bar = None  # a progress bar the loop hands in: one tick per problem played
 
     def agent_main(self, problem: dict) -> list:
         from shopdistill.env import call_tool
@@ -74,6 +75,7 @@ class CheckpointMiner:
             if not calls or env._done: break
             messages.append({**msg, "tool_calls": [{**c, "id": f"t{turn}c{k}"} for k, c in enumerate(msg["tool_calls"])]})
             messages += [tool_message(f"t{turn}c{k}", n, r) for k, ((n, _), r) in enumerate(zip(calls, results))]
+        if self.bar is not None: self.bar.update(1); self.bar.set_postfix(model_calls=self.turns, refresh=False)
         return steps
     __call__ = agent_main
 
@@ -146,6 +148,9 @@ def run_loop(cfg, model, tok, settings: LoopSettings, progress: bool = True) -> 
     season = LoopSeason(st, rules, bank, labels, pools, suites, MinerSpec.make("agentic", sorted(VARIANTS["agentic"])[0]))
     _STATE["agents"] = {season.entrant.version_id: miner}
     writer, days = _CountingWriter(), []
+    if progress:  # the season decides how many problems the checkpoint plays (qualifying, then a race if it qualifies): no total
+        from shopdistill.config import progress as progress_bar
+        miner.bar = progress_bar(None, "loop: the checkpoint's problems", unit="problem")
     try:
         for d in range(st.days):
             days.append(season.day(d, lambda ws: map(run_work, ws), writer))
@@ -155,6 +160,7 @@ def run_loop(cfg, model, tok, settings: LoopSettings, progress: bool = True) -> 
                       f"({'qualified' if me[0]['qualified'] else 'did not qualify'}), {time.time() - t0:.0f} s", flush=True)
     finally:
         _STATE.pop("agents", None)
+        if miner.bar is not None: miner.bar.close()
     races = pd.DataFrame(season.race_rows)
     place = placing(races, season.entrant.version_id)
     summary = {"days": len(place), "qualified_days": sum(p["qualified"] for p in place),

@@ -223,11 +223,13 @@ def per_step_trainer(model, tok, states: list[dict], settings: GrpoSettings, out
     "The GRPOTrainer of per-step Dr. GRPO on `states` (rows of `state_rows`), built but not trained (what a dry run checks)."
     from datasets import Dataset
     from trl import GRPOTrainer
+    from shopdistill.stages import progress_callback
     settings = replace(settings, reward="per_step")  # what this trainer is, whatever the profile selects
     if not states: raise ValueError("per-step GRPO: no states to train on (did screening keep none? see the screening report)")
     ds = Dataset.from_list([{"prompt": r["prompt"], "teacher_action": r["teacher_action"], "state_id": r["state_id"]} for r in states])
     return GRPOTrainer(model=model, reward_funcs=[per_step_reward], args=grpo_config(settings, Path(out_dir) / "trainer", cpu=cpu),
-                       train_dataset=ds, processing_class=tok, peft_config=_peft_config(settings))
+                       train_dataset=ds, processing_class=tok, peft_config=_peft_config(settings),
+                       callbacks=[progress_callback("Dr. GRPO (per-step)")])
 
 
 def dr_grpo_stage(model, tok, states: list[dict], settings: GrpoSettings, out_dir, *, resume: bool = True, cpu: bool | None = None) -> Path:
@@ -270,12 +272,14 @@ def outcome_trainer(model, tok, problems: list[dict], engine, settings: GrpoSett
     "The GRPOTrainer of outcome-reward GRPO (the sandbox as `environment_factory`), built but not trained."
     from datasets import Dataset
     from trl import GRPOTrainer
+    from shopdistill.stages import progress_callback
     settings = replace(settings, reward="outcome")  # what this trainer is (its tool-call cap applies), whatever the profile selects
     env_cls = fitted_env_class(getattr(tok, "max_tool_chars", None))
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is marked experimental in TRL 1.16; we know
     return GRPOTrainer(model=model, reward_funcs=None, args=grpo_config(settings, Path(out_dir) / "trainer", cpu=cpu),
                        train_dataset=Dataset.from_list(outcome_rows(problems)), processing_class=tok,
-                       environment_factory=env_cls.factory(engine), peft_config=_peft_config(settings))
+                       environment_factory=env_cls.factory(engine), peft_config=_peft_config(settings),
+                       callbacks=[progress_callback("Dr. GRPO (outcome)")])
 
 
 def outcome_grpo_stage(model, tok, problems: list[dict], engine, settings: GrpoSettings, out_dir, *, resume: bool = True,

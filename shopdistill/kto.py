@@ -157,11 +157,12 @@ def kto_trainer(model, tok, desirable: list[dict], undesirable: list[dict], sett
     random.Random(settings.seed).shuffle(rows)  # mixed batches: the sampler is sequential (TRL's KL pairing needs it)
     wd, wu = kto_weights(len(desirable), len(undesirable), settings.balance)
     args = kto_config(settings, Path(out_dir) / "trainer", desirable_weight=wd, undesirable_weight=wu, cpu=cpu)
+    from shopdistill.stages import progress_callback
     peft = _peft_config(settings)
     if ref_model is None and peft is None: ref_model = copy.deepcopy(model).eval()  # the frozen starting point
     trainer = KTOTrainer(model=model, ref_model=ref_model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
                          data_collator=AssistantMaskCollator(tok.pad_token_id, settings.max_length, settings.loss_type == "kto"),
-                         peft_config=peft)
+                         peft_config=peft, callbacks=[progress_callback("KTO")])
     trainer.kto_info = {"desirable": len(desirable), "undesirable": len(undesirable), "dropped_too_long": too_long,
                         "desirable_weight": wd, "undesirable_weight": wu, "beta": settings.beta}
     return trainer

@@ -1,6 +1,7 @@
 "Chapter 07's loop: a trained checkpoint as an SN15 miner (`agent_main`), and a season of the arena with it entered."
 import json
 import random
+import re
 
 import pytest
 
@@ -92,7 +93,7 @@ def test_last_checkpoint_stage_follows_the_recipe_order(tmp_path):
     assert last_checkpoint_stage(tmp_path) == "stage4_kto"
 
 
-def test_a_loop_season_places_the_entrant_every_day(tiny_season, tiny_season_yaml, tmp_path_factory):
+def test_a_loop_season_places_the_entrant_every_day(tiny_season, tiny_season_yaml, tmp_path_factory, capsys):
     from shopdistill.config import load_config
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SHOPDISTILL_RUNS", str(tmp_path_factory.getbasetemp() / "runs"))  # the tiny season's sandbox
@@ -100,7 +101,10 @@ def test_a_loop_season_places_the_entrant_every_day(tiny_season, tiny_season_yam
         from shopdistill.season import load_sandbox
         catalog = load_sandbox(cfg)[0]
         model, tok = load_policy("tiny", TINY, ids=catalog.ids[:200])
-        out = run_loop(cfg, model, tok, LoopSettings(days=2, max_new_tokens=8), progress=False)
+        out = run_loop(cfg, model, tok, LoopSettings(days=2, max_new_tokens=8), progress=True)
+    err = capsys.readouterr().err
+    played = [int(n) for n in re.findall(r"loop: the checkpoint's problems: (\d+)problem", err)]
+    assert played and 2 * 2 * 6 <= played[-1] <= out["summary"]["model_calls"]  # the bar counted every problem it played
     place, races = out["placing"], out["races"]
     assert [p["day"] for p in place] == [0, 1]
     entrant = out["entrant"]
