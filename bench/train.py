@@ -1,6 +1,7 @@
-"""Training and rollout throughput of the tiny model on CPU, and how each scales with batch size.
+"""Training and rollout throughput of the tiny model on CPU, and how each scales with batch size; or SFT throughput of a pretrained base.
 
     python bench/train.py [--profile smoke] [--threads 1] [--steps 6] [--episodes 32]
+    python bench/train.py --profile smollm2 --data smoke --base [--threads 2] [--steps 2]
 
 SFT: tokens per second of forward + backward + AdamW step on rendered corpus conversations (assistant-only loss),
 with the output layer computed only at loss positions (`models.lm_loss`, what chapter 05 trains with) side by side with
@@ -9,6 +10,10 @@ Rollouts: generated tokens per second of the first assistant turn on held-out pr
 KV-cache generator (`rollout.generate_transformers`) at batch sizes 1-32, side by side with `model.generate` called
 one prompt at a time (the naive way). Both use the profile's tiny model (random weights: speed does not depend on them;
 generation runs a fixed number of tokens so every row does the same work).
+With `--base`: the profile's pretrained base (`train.base`, e.g. SmolLM2-135M-Instruct) instead, SFT only, batch 1 (what
+chapter 05 trains with): full fine-tuning with the output layer at loss positions only, the same with the full output
+layer (the plain way), and LoRA (`train.sft.lora_r`, all linear layers) with loss positions only, on the same corpus
+conversations cut at `train.max_length` after context fitting. Rollout speed of a real base: bench/rollout.py.
 Needs the smoke run's corpus and bank (`make reproduce` chapters 00-04).
 """
 import argparse, json, random, resource, sys, time
@@ -79,6 +84,32 @@ def rollout_speed(model, tok, prompts, bs, new_tokens, batched):
     return gen / (time.perf_counter() - t0)
 
 
+def base_sft(a, ts, rows):
+    "SFT tokens/s of the profile's pretrained base at batch 1: full fine-tuning two ways, and LoRA."
+    from peft import LoraConfig, get_peft_model
+    tools = tool_schemas_for_training()
+    results = {}
+    for name, lora, positions_only in (("full, loss positions only", False, True), ("full, whole output layer", False, False),
+                                       (f"LoRA r{ts.sft.lora_r}, loss positions only", True, True)):
+        model, tok = load_policy(ts.base, ts)  # a fresh copy per row: each row's optimizer state starts empty
+        if lora:
+            model = get_peft_model(model, LoraConfig(r=ts.sft.lora_r, lora_alpha=ts.sft.lora_alpha, lora_dropout=0.0,
+                                                     target_modules=ts.sft.lora_targets, task_type="CAUSAL_LM"))
+        examples = [encode(tok, sft_row(tok, r["messages"], tools), ts.max_length) for r in rows]
+        if not results:
+            n = sum(p.numel() for p in model.parameters())
+            print(f"{ts.base}: {n / 1e6:.1f}M parameters ({next(model.parameters()).dtype}), {a.threads} thread(s); SFT examples of "
+                  f"{np.mean([len(x[0]) for x in examples]):.0f} tokens (cut at {ts.max_length}, tool results at {ts.max_tool_chars} characters)")
+            print(f"\nSFT tokens/s at batch 1 (forward + backward + AdamW), {a.steps} timed steps per row after two warm-up steps")
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        results[name] = sft_speed(model, examples, 1, a.steps, tok.pad_token_id, positions_only)
+        print(f"{name:>32}: {results[name]:8,.1f} tokens/s  ({trainable / 1e6:.2f}M trainable)  peak RSS {rss_mb():,.0f} MB", flush=True)
+        del model
+    first = next(iter(results.values()))
+    for name, v in results.items(): print(f"{name:>32}: {v / first:.2f}x the first row")
+    return results
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="smoke")
@@ -87,16 +118,24 @@ def main():
     ap.add_argument("--episodes", type=int, default=32, help="prompts generated per rollout setting")
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--max-len", type=int, default=4096, help="cut SFT examples here (the tiny model's context)")
+    ap.add_argument("--base", action="store_true", help="SFT speed of the profile's pretrained base (train.base) instead of the tiny model")
+    ap.add_argument("--data", default=None, help="the profile whose run holds the corpus (default: --profile)")
+    ap.add_argument("--examples", type=int, default=8, help="--base: corpus conversations cycled through")
     a = ap.parse_args()
     torch.set_num_threads(a.threads); torch.manual_seed(0); random.seed(0)
     cfg = load_config(a.profile)
     ts = cfg.section("train", TrainSettings)
-    run = cfg.run_dir()
+    run = (load_config(a.data) if a.data else cfg).run_dir()
     from datasets import load_from_disk
     from shopdistill.trajectory import from_arrow_row
     corpus = run / "corpus" / "dataset"
     if not corpus.exists(): sys.exit(f"{corpus} is missing: run `make reproduce` (chapters 00-04) first")
-    rows = [from_arrow_row(r) for r in load_from_disk(str(corpus))["train"].select(range(64))]
+    train = load_from_disk(str(corpus))["train"]
+    if a.base:
+        keep = [i for i, c in enumerate(train["category"]) if c in ts.sft.categories][: a.examples]  # what stage 1 trains on
+        base_sft(a, ts, [from_arrow_row(train[i]) for i in keep])
+        return
+    rows = [from_arrow_row(r) for r in train.select(range(64))]
     texts = [m.get("content") or "" for r in rows for m in r["messages"]][:2000]
     model, tok = load_policy("tiny", ts, texts=texts)
     tools = tool_schemas_for_training()

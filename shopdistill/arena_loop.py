@@ -34,11 +34,17 @@ def last_checkpoint_stage(train_dir) -> str:
 class CheckpointMiner:
     "A trained policy behind SN15's `agent_main(problem) -> steps`, its tools and model calls through the installed tool client."
     def __init__(self, model, tok, *, step_cap: int = 25, max_new_tokens: int = 192, max_prompt_tokens: int = 4096,
-                 temperature: float = 0.0, top_p: float = 1.0, tokens_per_s: float = 60.0, seed: int = 0, backend: str = "transformers"):
+                 temperature: float = 0.0, top_p: float = 1.0, tokens_per_s: float = 60.0, seed: int = 0, backend: str = "transformers",
+                 kv_reuse: bool | None = None):
+        import itertools
         from shopdistill.models import tool_schemas_for_training
-        from shopdistill.rollout import BACKENDS
+        from shopdistill.rollout import BACKENDS, KVStore
         # `backend`: a rollout backend's name, or a function with their signature (tests script completions with one)
         self.model, self.tok, self.generate = model, tok, backend if callable(backend) else BACKENDS[backend]
+        # a problem's KV cache kept between its turns, so each turn prefills only what the last one added (as chapter 05's
+        # rollouts do); None: on for the transformers backend (vLLM's prefix cache does this itself), off for a scripted one
+        self.kv = KVStore() if (kv_reuse if kv_reuse is not None else backend == "transformers") else None
+        self._episode = itertools.count()
         self.step_cap, self.max_new_tokens, self.max_prompt_tokens = step_cap, max_new_tokens, max_prompt_tokens
         self.temperature, self.top_p, self.tokens_per_s, self.seed = temperature, top_p, tokens_per_s, seed
         self.tools = tool_schemas_for_training()
@@ -47,20 +53,31 @@ class CheckpointMiner:
         self.bar = None  # a progress bar the loop hands in: one tick per problem played
 
     def agent_main(self, problem: dict) -> list:
-        from shopdistill.env import call_tool
-        from shopdistill.models import parse_assistant, render_prompt
-        from shopdistill.rollout import episode_seed
         from shopdistill.tool_client import current_client, episode_env
-        from shopdistill.trajectory import tool_message
         client = current_client()
         env = episode_env(client, self.step_cap)
         pid = problem.get("problem_id", problem.get("id", ""))  # what SN15 hands an agent: problem_id, query, category
         messages, steps = [{"role": "user", "content": problem["query"]}], []
+        key = f"{pid}#{next(self._episode)}"
+        try: self._play(pid, key, client, env, messages, steps)
+        finally:
+            if self.kv is not None: self.kv.drop(key)
+        if self.bar is not None: self.bar.update(1); self.bar.set_postfix(model_calls=self.turns, refresh=False)
+        return steps
+    __call__ = agent_main
+
+    def _play(self, pid, key, client, env, messages, steps):
+        "One problem's turns, appended to `messages` and `steps`."
+        from shopdistill.env import call_tool
+        from shopdistill.models import parse_assistant, render_prompt
+        from shopdistill.rollout import episode_seed
+        from shopdistill.trajectory import tool_message
+        cache = {"keys": [key], "kv": self.kv} if self.kv is not None else {}
         for turn in range(self.step_cap):
             text, ids = render_prompt(self.tok, messages, self.tools)
             if len(ids) + self.max_new_tokens > self.max_prompt_tokens: break  # its context is full
             out = self.generate(self.model, [ids], max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
-                                seeds=[episode_seed(self.seed, pid, 0, turn)], stop_ids=self.stop, pad_id=self.tok.pad_token_id)[0]
+                                seeds=[episode_seed(self.seed, pid, 0, turn)], stop_ids=self.stop, pad_id=self.tok.pad_token_id, **cache)[0]
             completion = self.tok.decode(out, skip_special_tokens=True)
             client.simulate_inference(text, completion, max_tokens=self.max_new_tokens, tokens_per_s=self.tokens_per_s)
             self.turns += 1
@@ -75,9 +92,6 @@ class CheckpointMiner:
             if not calls or env._done: break
             messages.append({**msg, "tool_calls": [{**c, "id": f"t{turn}c{k}"} for k, c in enumerate(msg["tool_calls"])]})
             messages += [tool_message(f"t{turn}c{k}", n, r) for k, ((n, _), r) in enumerate(zip(calls, results))]
-        if self.bar is not None: self.bar.update(1); self.bar.set_postfix(model_calls=self.turns, refresh=False)
-        return steps
-    __call__ = agent_main
 
 # %% ../nbs/07_results.ipynb #ad8f6d42
 from .season import AgentVersion, Season, fake_hotkey

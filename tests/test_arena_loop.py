@@ -72,6 +72,40 @@ def test_checkpoint_miner_stops_on_a_turn_without_a_call(world):
     assert not any(c["kind"] == "search" for c in calls)
 
 
+def test_checkpoint_miner_keeps_each_problems_kv_cache_between_turns(world):
+    """With KV reuse a turn prefills only what the last one added, and the greedy completions are the ones a full prefill
+    gives. The real generator runs every turn; the scripted text it hands back keeps the episode going (a random tiny
+    model writes no tool call), and the cached prefix then ends where the scripted text departs from the sampled one."""
+    from shopdistill.rollout import KVStore, generate_transformers
+    from shopdistill.validator import Limits, run_problem
+    _, engine, problem, model, tok = world
+    script = [_call("find_product", {"q": problem["query"]}), _call("find_product", {"q": "bottle"}), "<think>\ndone\n</think>\n\nok"]
+
+    class Counting(KVStore):
+        reused = []
+        def take(self, key, prompt):
+            n, layers = super().take(key, prompt)
+            self.reused.append((key, n, len(prompt)))
+            return n, layers
+
+    def play(kv_reuse):
+        real, turns = [], iter(script)
+        def generate(model_, prompts, **kw):
+            real.append(generate_transformers(model_, prompts, **kw)[0])
+            return [tok(next(turns) + "<|im_end|>", add_special_tokens=False)["input_ids"]]
+        miner = CheckpointMiner(model, tok, step_cap=3, max_new_tokens=12, backend=generate, kv_reuse=kv_reuse)
+        if kv_reuse: miner.kv = Counting()
+        run_problem(miner.agent_main, problem, _client(engine), Limits(step_cap=3))
+        return real, miner
+    cold, _ = play(False)
+    warm, miner = play(True)
+    assert len(cold) == len(warm) == 3 and warm == cold  # the same greedy tokens with and without the cache
+    reused = [n for _, n, _ in Counting.reused]
+    assert reused[0] == 0 and all(0 < n < L for _, n, L in Counting.reused[1:])  # turns 2 and 3 started from the cache
+    assert len(miner.kv) == 0  # the problem's cache is dropped once it ends
+    assert CheckpointMiner(model, tok).kv is not None and CheckpointMiner(model, tok, backend=scripted(tok, [])).kv is None
+
+
 def test_checkpoint_miner_is_deterministic_when_greedy(world):
     from shopdistill.validator import Limits, run_problem
     _, engine, problem, model, tok = world
