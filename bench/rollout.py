@@ -93,6 +93,7 @@ def main():
                      "successes": sum(e["success"] for e in eps), "turns": sum(len(e["meta"]["steps"]) for e in eps)}
         print(f"{name:>12}: {len(eps)} episodes in {dt:7.1f} s  {gen / dt:7.1f} generated tokens/s  {len(eps) / dt:.4f} episodes/s  "
               f"successes {res[name]['successes']}", flush=True)
+        if a.json: Path(a.json).write_text(json.dumps({**res, "model": spec, "episodes": len(problems)}, indent=1))  # kept if a later backend is stopped
     base = res.get("reprefill")
     if base:
         for name, r in res.items(): print(f"{name:>12}: {r['episodes_per_s'] / base['episodes_per_s']:.1f}x the episodes/s of reprefill")

@@ -123,6 +123,8 @@ def main():
     ap.add_argument("--examples", type=int, default=8, help="--base: corpus conversations cycled through")
     a = ap.parse_args()
     torch.set_num_threads(a.threads); torch.manual_seed(0); random.seed(0)
+    from shopdistill.config import quiet_libraries
+    quiet_libraries()  # no weight-loading bars between the rows
     cfg = load_config(a.profile)
     ts = cfg.section("train", TrainSettings)
     run = (load_config(a.data) if a.data else cfg).run_dir()
