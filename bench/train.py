@@ -86,17 +86,16 @@ def rollout_speed(model, tok, prompts, bs, new_tokens, batched):
 
 def base_sft(a, ts, rows):
     "SFT tokens/s of the profile's pretrained base at batch 1: full fine-tuning two ways, and LoRA."
-    from peft import LoraConfig, get_peft_model
+    from peft import get_peft_model
+    from shopdistill.stages import _peft_config  # the LoRA config chapter 05's SFT trainer is given
     tools = tool_schemas_for_training()
-    results = {}
+    results, examples = {}, None
     for name, lora, positions_only in (("full, loss positions only", False, True), ("full, whole output layer", False, False),
                                        (f"LoRA r{ts.sft.lora_r}, loss positions only", True, True)):
         model, tok = load_policy(ts.base, ts)  # a fresh copy per row: each row's optimizer state starts empty
-        if lora:
-            model = get_peft_model(model, LoraConfig(r=ts.sft.lora_r, lora_alpha=ts.sft.lora_alpha, lora_dropout=0.0,
-                                                     target_modules=ts.sft.lora_targets, task_type="CAUSAL_LM"))
-        examples = [encode(tok, sft_row(tok, r["messages"], tools), ts.max_length) for r in rows]
-        if not results:
+        if lora: model = get_peft_model(model, _peft_config(ts.sft))
+        if examples is None:  # the same tokenizer every row: encoded once
+            examples = [encode(tok, sft_row(tok, r["messages"], tools), ts.max_length) for r in rows]
             n = sum(p.numel() for p in model.parameters())
             print(f"{ts.base}: {n / 1e6:.1f}M parameters ({next(model.parameters()).dtype}), {a.threads} thread(s); SFT examples of "
                   f"{np.mean([len(x[0]) for x in examples]):.0f} tokens (cut at {ts.max_length}, tool results at {ts.max_tool_chars} characters)")
