@@ -88,7 +88,9 @@ def _user_errors() -> tuple:
     "Exception types that are the user's to fix, so they print as one line."
     from shopdistill.config import ConfigError
     from shopdistill.reproduce import ReproduceError
-    return (UsageError, ConfigError, ReproduceError, FileNotFoundError)
+    from shopdistill.ledger import InputError
+    from shopdistill.tasks import TaskFormatError
+    return (UsageError, ConfigError, ReproduceError, InputError, TaskFormatError, FileNotFoundError)
 
 
 def main(argv=None) -> int:
