@@ -297,7 +297,7 @@ def _build_corpus(traces, out_dir, profile, trajectories_dir, problems, catalog,
     features = pd.concat(frames, ignore_index=True)
     del frames
     root = _source_root(inputs)  # the data set names its sources as the same relative paths on any machine
-    features["source_file"] = [_relative(p, root) for p in features["source_file"]]
+    if len(features): features["source_file"] = [_relative(p, root) for p in features["source_file"]]
     df = apply_stages(features, fs, sigs)
     del sigs, features
     bank = load_bank(bank_path) if bank_path else {}
