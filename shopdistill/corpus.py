@@ -256,6 +256,9 @@ def _build_corpus(traces, out_dir, profile, trajectories_dir, problems, catalog,
     t0 = time.time()
     cfg = load_config(profile)
     fs, cs = cfg.section("filter", FilterSettings), cfg.section("corpus", CorpusSettings)
+    if not 0 <= cs.eval_fraction < 1:  # a profile's mistake, said before chapter 03 runs rather than as split_clusters' traceback after it
+        from shopdistill.config import ConfigError
+        raise ConfigError(f"{profile}: corpus.eval_fraction must be in [0, 1), got {cs.eval_fraction}")
     ns, js, clusters = cfg.section("normalise", NormaliseSettings), cfg.section("judge", JudgeSettings), cfg.section("arena", ArenaSettings).clusters
     out = Path(out_dir) if out_dir else cfg.run_dir() / "corpus"
     traj_dir = Path(trajectories_dir) if trajectories_dir else out / "trajectories"

@@ -113,3 +113,16 @@ def test_mixed_good_and_bad_lines_are_all_accounted_for(good, profile, tiny_seas
     assert s["inputs"] == len(lines) and s["trajectories"] + n_ledger == len(lines), (s["inputs"], s["trajectories"], n_ledger, len(lines))
     assert s["funnel"]["train"] > 0 and n_ledger >= len(bad) - 40  # every crafted bad line is in the ledger (some mutants may survive)
     print(f"fuzz corpus: {len(lines)} lines ({len(good)} good, {len(bad)} bad) -> {s['trajectories']} trajectories + {n_ledger} ledger rows")
+
+
+def test_nothing_for_train_and_a_bad_eval_fraction(good, profile, tmp_path, capsys):
+    "Good records that all land in eval (a profile asking for 99% eval) are an error naming the filter's cuts; an eval share of 1 a config error."
+    src = tmp_path / "t.jsonl"
+    src.write_bytes(b"\n".join(good) + b"\n")
+    for frac, says in ((0.99, "0 trajectories kept for train"), (1.0, "corpus.eval_fraction must be in [0, 1)")):
+        (tmp_path / "p.yaml").write_text(profile.read_text().replace("eval_fraction: 0.3", f"eval_fraction: {frac}"))
+        out = tmp_path / f"out-{frac}"
+        assert main(["corpus", "build", "--traces", str(src), "--out", str(out), "--profile", str(tmp_path / "p.yaml"), "--workers", "1"]) == 1
+        line = _one_error_line(capsys, says)
+        assert not (out / "work").exists() and not (out / "dataset").exists()
+        assert ("dropped by the filter: " in line) == (frac < 1)
