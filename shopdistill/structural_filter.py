@@ -592,6 +592,10 @@ def rank_order(df) -> list:
 def apply_stages(df, s: FilterSettings, signatures: dict | None = None):
     """The rows `df` (from `trajectory_features`) with `templated_share`, `axis`, `evidence`, `authored_share`, `stage`,
     `duplicate_of` and `near_similarity` (the highest estimated similarity to a better-ranked trace, for traces that reach near dedup) added."""
+    import pandas as pd
+    if not len(df):  # every record rejected upstream: nothing to decide, but the caller still gets the decided columns
+        return df.assign(**{c: pd.Series(dtype=t) for c, t in (("templated_share", float), ("axis", object), ("evidence", object),
+                            ("authored_share", float), ("stage", object), ("duplicate_of", object), ("near_similarity", float))})
     df = df.copy()
     df["templated_share"] = templated_shares(list(df["hotkey"]), list(df["templates"]), s.template_min_traces)
     axes = [classify_axis(r, t, s) for r, t in zip(df[["log", "action_turns", "authored_turns"]].to_dict("records"), df["templated_share"])]

@@ -57,3 +57,17 @@ def make_qwen3_tokenizer():
         tok.chat_template = qwen3_chat_template
         return tok
     return make
+
+
+CORPUS_YAML = "filter: {tokenizer: bpe, bpe_vocab: 1000, bpe_sample: 100}\ncorpus: {eval_fraction: 0.3}\n"
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory, arena_copy):
+    """(folder, summary) of chapter 04's corpus built once per session from the tiny season's raw traces (`folder/corpus`;
+    the season's `arena/` with its hidden labels beside it), for the corpus tests and the corpus-level checks."""
+    from shopdistill.corpus import build_corpus
+    d = arena_copy("corpus04", CORPUS_YAML)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SHOPDISTILL_RUNS", str(tmp_path_factory.getbasetemp() / "runs"))
+        return d, build_corpus(d / "arena" / "firehose", d / "corpus", profile=d / "tiny.yaml", workers=2, progress=False)

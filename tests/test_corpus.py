@@ -15,13 +15,11 @@ from shopdistill.trajectory import from_arrow_row
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory, arena_copy):
-    "(folder, summary) of a corpus built from the tiny season's raw traces."
-    from shopdistill.corpus import build_corpus
-    d = arena_copy("corpus04", "filter: {tokenizer: bpe, bpe_vocab: 1000, bpe_sample: 100}\ncorpus: {eval_fraction: 0.3}\n")
-    with pytest.MonkeyPatch.context() as mp:
+def built(tmp_path_factory, tiny_corpus):
+    "(folder, summary) of the session's corpus built from the tiny season's raw traces (conftest's `tiny_corpus`)."
+    with pytest.MonkeyPatch.context() as mp:  # the rebuilds below find their sandbox where the first build put it
         mp.setenv("SHOPDISTILL_RUNS", str(tmp_path_factory.getbasetemp() / "runs"))
-        yield d, build_corpus(d / "arena" / "firehose", d / "corpus", profile=d / "tiny.yaml", workers=2, progress=False)
+        yield tiny_corpus
 
 
 @pytest.fixture(scope="module")
@@ -102,10 +100,45 @@ def test_funnel_accounts_for_every_trajectory(built):
 
 
 def test_dataset_card(built):
+    from huggingface_hub import DatasetCard
     d, s = built
-    card = (d / "corpus" / "README.md").read_text()
-    assert card.startswith("---\nlicense: apache-2.0") and "path: parquet/train.parquet" in card
-    assert f"| train | {s['splits']['train']:,} trajectories |" in card and "| reasoning_gate |" in card and "Tokens were counted with" in card
+    card = DatasetCard.load(d / "corpus" / "README.md")
+    data = card.data.to_dict()
+    assert {k: data[k] for k in ("license", "language", "size_categories", "task_categories", "pretty_name")} == {
+        "license": "apache-2.0", "language": ["en"], "size_categories": ["n<1K"], "task_categories": ["text-generation"],
+        "pretty_name": s["settings"]["corpus"]["name"]}
+    assert [(c["config_name"], [f["path"] for f in c["data_files"]]) for c in data["configs"]] == [
+        ("default", ["parquet/train.parquet", "parquet/eval.parquet"]), ("steps", ["parquet/steps-train.parquet", "parquet/steps-eval.parquet"])]
+    for c in data["configs"]:  # every file the header names is there
+        assert all((d / "corpus" / f["path"]).is_file() for f in c["data_files"])
+    body = card.text
+    assert f"| train | {s['splits']['train']:,} trajectories |" in body and "| reasoning_gate |" in body and "Tokens were counted with" in body
+    assert "@misc{shopdistill," in body and "Distilling a Shopping Agent from ShoppingBench Subnet Traces" in body
+
+
+def test_dataset_card_loading_snippet_works(built):
+    "The card's loading snippet, run as written on the built folder, gives the saved splits."
+    from shopdistill.corpus import LOAD_FOLDER
+    d, s = built
+    body = (d / "corpus" / "README.md").read_text()
+    snippet = re.search(r"```python\n(.*?)```", body, re.S).group(1)
+    assert f'"{LOAD_FOLDER}"' in snippet
+    env = {}
+    exec(snippet.replace(LOAD_FOLDER, str(d / "corpus")), env)
+    assert {k: len(v) for k, v in env["corpus"].items()} == s["splits"]
+    assert set(env["steps"]) == set(s["splits"]) and env["corpus"]["train"][0]["split"] == "train"
+
+
+def test_no_build_machine_paths(built):
+    "The released files name their sources relative to the traces' folder, so the data set is the same on any machine."
+    d, _ = built
+    out = d / "corpus"
+    df = pd.read_parquet(out / "parquet" / "train.parquet")
+    assert set(df["source_file"]) <= {p.name for p in (d / "arena" / "firehose").glob("*.jsonl.gz")}
+    assert {json.loads(m)["source"]["file"] for m in df["meta"]} == set(df["source_file"])
+    base = str(d.parent)
+    for p in [*out.glob("parquet/*.parquet"), out / "README.md", out / "problems.parquet", out / "decisions.parquet", out / "funnel.json", out / "audits.json"]:
+        assert base.encode() not in p.read_bytes(), p
 
 
 def test_reuse_and_determinism(built, tmp_path):
