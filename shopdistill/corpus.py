@@ -204,7 +204,7 @@ def shard_trajectories(traj_dir: Path):
     for shard in sorted(traj_dir.glob("shard-*.jsonl.gz")): yield from read_shard(shard)
 
 # %% ../nbs/04_structural_filter.ipynb #d6f808da
-CORPUS_VERSION = 2  # part of the fingerprint: bump when the corpus a given input gives changes
+CORPUS_VERSION = 3  # part of the fingerprint: bump when the corpus a given input gives changes
 
 
 def check_problems(path) -> dict:
