@@ -11,7 +11,7 @@ from shopdistill.config import load_config
 from shopdistill.grpo import (GrpoSettings, dr_grpo_stage, fitted_env_class, grpo_config, outcome_grpo_stage, outcome_rows,
                               screen_states, state_rows)
 from shopdistill.models import ELIDED, TinySettings, TrainSettings, load_policy, render_prompt, sft_row, tool_schemas_for_training
-from shopdistill.rewards import REWARD_RANGE
+from shopdistill.rewards import REWARD_RANGE, per_step_reward
 from shopdistill.trajectory import assistant_message, make_tool_call
 
 TINY = TrainSettings(tiny=TinySettings(bpe_vocab=400, hidden=32, layers=2, heads=2, kv_heads=1, intermediate=64, seed=0), max_tool_chars=200)
@@ -76,26 +76,61 @@ def test_prompt_is_byte_identical_to_sft(tiny):
         assert json.loads(row["teacher_action"]) == msgs[k]
 
 
-def test_screening_and_two_steps_per_step_reward(tiny, tmp_path):
+def weights(model) -> dict:
+    "A copy of every parameter of `model`, by name."
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def changed(before: dict, model) -> list[str]:
+    "The parameters of `model` that differ from `before`."
+    after = dict(model.named_parameters())
+    return [n for n, w in before.items() if not torch.equal(w, after[n].detach())]
+
+
+def test_screening_and_two_steps_per_step_reward(tiny, tmp_path, monkeypatch):
+    import shopdistill.grpo as grpo
+    from shopdistill.rewards import message_text
     model, tok = tiny
     tools = tool_schemas_for_training()
     rows, _ = state_rows(step_view(conversation(), tools), tok)
-    s = GrpoSettings(**FAST)
+    # the reward the trainer is given scores the teacher's own turn highest, another tool lower, broken JSON lowest
+    for r in rows:
+        teacher = json.loads(r["teacher_action"])
+        other = "terminate" if r["teacher_tool"] != "terminate" else "find_product"
+        wrong = assistant_message("", "x", [make_tool_call("w", other, {"status": "success"} if other == "terminate" else {"q": "lamp"})])
+        got = grpo.per_step_reward(completions=[message_text(teacher), message_text(wrong), "<tool_call>\n{oops\n</tool_call>"],
+                                   teacher_action=[r["teacher_action"]] * 3)
+        assert got[0] == REWARD_RANGE[1] and REWARD_RANGE[0] < got[1] < got[0] and got[2] == REWARD_RANGE[0], (r["state_id"], got)
+    s = GrpoSettings(**{**FAST, "num_generations": 4, "batch_size": 4})  # groups of 4: the tiny model's samples differ in reward
     kept, report = screen_states(model, tok, rows, s)
     assert report["screened"] == len(rows) == len(kept)  # mixed_only=False keeps every state
     assert all(REWARD_RANGE[0] <= r <= REWARD_RANGE[1] for st in report["states"] for r in st["rewards"])
-    assert report["mixed"] == sum(st["mixed"] for st in report["states"])
+    assert report["mixed"] == sum(st["mixed"] for st in report["states"]) >= 1  # screening tells states apart
+    assert [st["mixed"] for st in report["states"]] == [max(st["rewards"]) > min(st["rewards"]) for st in report["states"]]
     _, report2 = screen_states(model, tok, rows, s)
     assert [st["rewards"] for st in report2["states"]] == [st["rewards"] for st in report["states"]]  # seeded
     kept_mixed, rep_m = screen_states(model, tok, rows, dataclasses.replace(s, mixed_only=True))
     assert len(kept_mixed) == rep_m["mixed"]
+    scored = []  # what the reward function handed the trainer, one list per generation batch
+    def recording(*a, **kw):
+        out = per_step_reward(*a, **kw)
+        scored.append(out)
+        return out
+    recording.__name__ = "per_step_reward"
+    monkeypatch.setattr(grpo, "per_step_reward", recording)
+    before = weights(model)
     out = dr_grpo_stage(model, tok, kept, s, tmp_path / "dr_grpo", resume=False, cpu=True)
     log = json.loads((tmp_path / "dr_grpo" / "train_log.json").read_text())
-    losses = [h["loss"] for h in log["log_history"] if "loss" in h]
-    assert log["global_step"] == 2 and len(losses) == 2 and all(math.isfinite(x) for x in losses)
+    steps = [h for h in log["log_history"] if "loss" in h]
+    assert log["global_step"] == 2 and len(steps) == 2 and all(math.isfinite(h["loss"]) for h in steps)
     assert all(REWARD_RANGE[0] <= h["reward"] <= REWARD_RANGE[1] for h in log["log_history"] if "reward" in h)
+    # the logged rewards are the reward function's, and some group's samples differed (else Dr. GRPO has no gradient)
+    assert len(scored) == 2 and all(len(x) == s.batch_size for x in scored)
+    assert [h["reward"] for h in steps] == pytest.approx([sum(x) / len(x) for x in scored], abs=1e-5)
+    assert any(h["reward_std"] > 0 and h["grad_norm"] > 0 for h in steps), steps
     m2, t2 = load_policy(str(out))
     assert t2.max_tool_chars == TINY.max_tool_chars
+    assert changed(before, m2), "the saved policy equals the one before training: the step changed no weight"
 
 
 def test_fitted_env_keeps_schemas_and_cuts_results():
