@@ -154,8 +154,12 @@ def test_fitted_env_keeps_schemas_and_cuts_results():
     assert env.get_reward() == 1.0
 
 
-def test_outcome_grpo_one_step(tiny, tmp_path):
+def test_outcome_grpo_one_step(tiny, tmp_path, monkeypatch):
+    """One outcome-GRPO step. A random tiny policy never solves a task, so every reward would be 0 and Dr. GRPO would have
+    no gradient: the sandbox of every other episode starts holding the gold recommendation (what a solving policy leaves
+    there), and the real `get_reward` scores each episode. The logged rewards must be the sandbox's, and the step must move weights."""
     from shopdistill.catalog import Catalog, generate_catalog
+    from shopdistill.env import ShoppingEnv
     from shopdistill.search import SearchEngine
     from shopdistill.tasks import synthesize_tasks
     model, tok = tiny
@@ -163,10 +167,42 @@ def test_outcome_grpo_one_step(tiny, tmp_path):
     engine = SearchEngine.build(catalog)
     tasks = synthesize_tasks(catalog, {"product": 2}, seed=0)
     s = GrpoSettings(**{**FAST, "reward": "outcome", "max_steps": 1, "max_tool_calls": 2, "max_completion_length": 48})
-    outcome_grpo_stage(model, tok, tasks, engine, s, tmp_path / "outcome", resume=False, cpu=True)
+    episodes, scored = [], []
+    reset, get_reward = ShoppingEnv.reset, ShoppingEnv.get_reward
+    def forced_reset(self, **task):
+        out = reset(self, **task)
+        if task.get("reward") is not None:
+            episodes.append(task["id"])
+            if len(episodes) % 2: self._recommendation = task["reward"]["product_id"]  # one episode of each group of 2
+        return out
+    def recorded_reward(self):
+        r = get_reward(self)
+        scored.append((type(self), self._recommendation, r))
+        return r
+    monkeypatch.setattr(ShoppingEnv, "reset", forced_reset)
+    monkeypatch.setattr(ShoppingEnv, "get_reward", recorded_reward)
+    before = weights(model)
+    out = outcome_grpo_stage(model, tok, tasks, engine, s, tmp_path / "outcome", resume=False, cpu=True)
+    monkeypatch.undo()
     log = json.loads((tmp_path / "outcome" / "train_log.json").read_text())
     assert log["global_step"] == 1 and log["reward"] == "outcome"
-    assert all(0.0 <= h["reward"] <= 1.0 for h in log["log_history"] if "reward" in h)
+    steps = [h for h in log["log_history"] if "reward" in h]
+    # every episode the trainer played was scored by the sandbox, and the logged reward is the mean of what it gave
+    assert len(scored) == len(episodes) == s.batch_size and len(steps) == 1
+    assert {r for _, _, r in scored} == {0.0, 1.0}, scored  # the forced episodes succeed, the policy's own do not
+    assert steps[0]["reward"] == pytest.approx(sum(r for _, _, r in scored) / len(scored)) and steps[0]["reward_std"] > 0
+    assert changed(before, load_policy(str(out))[0]), "the saved policy equals the one before training: the step changed no weight"
+    # the reward of the sandbox class the trainer played (tool results fitted), on its own: the gold 1.0, another hit or none 0.0
+    cls = scored[0][0]
+    assert cls.__name__ == "FittedShoppingEnv" and all(c is cls for c, _, _ in scored)
+    task = tasks[0]
+    gold = task["reward"]["product_id"]
+    wrong = next(h["product_id"] for h in engine.find_product(task["query"]) if h["product_id"] != gold)
+    for rec, want in ((gold, 1.0), (wrong, 0.0), (None, 0.0)):
+        env = cls.factory(engine)()
+        env.reset(**outcome_rows([task])[0])
+        if rec: env.recommend_product(rec)
+        assert env.get_reward() == want, (rec, want)
 
 
 def test_compact_lm_head_gives_the_same_log_probs():
