@@ -58,9 +58,24 @@ def test_checkpoint_miner_calls_tools_and_the_validator_scores_it(world):
     assert len(steps) == 3
     names = [json.dumps(s, default=str) for s in steps]
     assert "find_product" in names[0] and "recommend_product" in names[1] and first in names[1] and "terminate" in names[2]
-    # the validator's verdict is the scorer's on the recommended id, whatever it is
-    from shopdistill.scoring import score_task
-    assert problem_success(problem, env, catalog) == bool(score_task(problem, first, catalog, scorer="production_strict")["success"])
+    # the validator's verdict, against what the test knows: a product task is solved exactly when the gold product is recommended
+    assert problem_success(problem, env, catalog) is (first == problem["reward"]["product_id"])
+    assert first == problem["reward"]["product_id"]  # this seed's search ranks the gold first: the case above is a success
+
+
+def test_the_validator_fails_a_miner_that_recommends_a_wrong_product(world):
+    "The same run with a known-wrong id (another of the search hits, not the gold) is not a success."
+    from shopdistill.validator import Limits, problem_success, run_problem
+    catalog, engine, problem, model, tok = world
+    gold = problem["reward"]["product_id"]
+    wrong = next(str(h["product_id"]) for h in engine.find_product(problem["query"]) if str(h["product_id"]) != gold)
+    miner = CheckpointMiner(model, tok, step_cap=5, max_new_tokens=64,
+                            backend=scripted(tok, [_call("find_product", {"q": problem["query"]}),
+                                                   _call("recommend_product", {"product_ids": wrong}),
+                                                   _call("terminate", {"status": "success"})]))
+    env, _ = run_problem(miner.agent_main, problem, _client(engine), Limits(step_cap=5))
+    assert env["status"] == "SUCCESS" and wrong in json.dumps(env["dialogue"], default=str)  # the run itself went through
+    assert problem_success(problem, env, catalog) is False
 
 
 def test_checkpoint_miner_stops_on_a_turn_without_a_call(world):

@@ -11,7 +11,7 @@ from shopdistill.config import load_config
 from shopdistill.grpo import (GrpoSettings, dr_grpo_stage, fitted_env_class, grpo_config, outcome_grpo_stage, outcome_rows,
                               screen_states, state_rows)
 from shopdistill.models import ELIDED, TinySettings, TrainSettings, load_policy, render_prompt, sft_row, tool_schemas_for_training
-from shopdistill.rewards import REWARD_RANGE
+from shopdistill.rewards import REWARD_RANGE, per_step_reward
 from shopdistill.trajectory import assistant_message, make_tool_call
 
 TINY = TrainSettings(tiny=TinySettings(bpe_vocab=400, hidden=32, layers=2, heads=2, kv_heads=1, intermediate=64, seed=0), max_tool_chars=200)
@@ -76,26 +76,61 @@ def test_prompt_is_byte_identical_to_sft(tiny):
         assert json.loads(row["teacher_action"]) == msgs[k]
 
 
-def test_screening_and_two_steps_per_step_reward(tiny, tmp_path):
+def weights(model) -> dict:
+    "A copy of every parameter of `model`, by name."
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def changed(before: dict, model) -> list[str]:
+    "The parameters of `model` that differ from `before`."
+    after = dict(model.named_parameters())
+    return [n for n, w in before.items() if not torch.equal(w, after[n].detach())]
+
+
+def test_screening_and_two_steps_per_step_reward(tiny, tmp_path, monkeypatch):
+    import shopdistill.grpo as grpo
+    from shopdistill.rewards import message_text
     model, tok = tiny
     tools = tool_schemas_for_training()
     rows, _ = state_rows(step_view(conversation(), tools), tok)
-    s = GrpoSettings(**FAST)
+    # the reward the trainer is given scores the teacher's own turn highest, another tool lower, broken JSON lowest
+    for r in rows:
+        teacher = json.loads(r["teacher_action"])
+        other = "terminate" if r["teacher_tool"] != "terminate" else "find_product"
+        wrong = assistant_message("", "x", [make_tool_call("w", other, {"status": "success"} if other == "terminate" else {"q": "lamp"})])
+        got = grpo.per_step_reward(completions=[message_text(teacher), message_text(wrong), "<tool_call>\n{oops\n</tool_call>"],
+                                   teacher_action=[r["teacher_action"]] * 3)
+        assert got[0] == REWARD_RANGE[1] and REWARD_RANGE[0] < got[1] < got[0] and got[2] == REWARD_RANGE[0], (r["state_id"], got)
+    s = GrpoSettings(**{**FAST, "num_generations": 4, "batch_size": 4})  # groups of 4: the tiny model's samples differ in reward
     kept, report = screen_states(model, tok, rows, s)
     assert report["screened"] == len(rows) == len(kept)  # mixed_only=False keeps every state
     assert all(REWARD_RANGE[0] <= r <= REWARD_RANGE[1] for st in report["states"] for r in st["rewards"])
-    assert report["mixed"] == sum(st["mixed"] for st in report["states"])
+    assert report["mixed"] == sum(st["mixed"] for st in report["states"]) >= 1  # screening tells states apart
+    assert [st["mixed"] for st in report["states"]] == [max(st["rewards"]) > min(st["rewards"]) for st in report["states"]]
     _, report2 = screen_states(model, tok, rows, s)
     assert [st["rewards"] for st in report2["states"]] == [st["rewards"] for st in report["states"]]  # seeded
     kept_mixed, rep_m = screen_states(model, tok, rows, dataclasses.replace(s, mixed_only=True))
     assert len(kept_mixed) == rep_m["mixed"]
+    scored = []  # what the reward function handed the trainer, one list per generation batch
+    def recording(*a, **kw):
+        out = per_step_reward(*a, **kw)
+        scored.append(out)
+        return out
+    recording.__name__ = "per_step_reward"
+    monkeypatch.setattr(grpo, "per_step_reward", recording)
+    before = weights(model)
     out = dr_grpo_stage(model, tok, kept, s, tmp_path / "dr_grpo", resume=False, cpu=True)
     log = json.loads((tmp_path / "dr_grpo" / "train_log.json").read_text())
-    losses = [h["loss"] for h in log["log_history"] if "loss" in h]
-    assert log["global_step"] == 2 and len(losses) == 2 and all(math.isfinite(x) for x in losses)
+    steps = [h for h in log["log_history"] if "loss" in h]
+    assert log["global_step"] == 2 and len(steps) == 2 and all(math.isfinite(h["loss"]) for h in steps)
     assert all(REWARD_RANGE[0] <= h["reward"] <= REWARD_RANGE[1] for h in log["log_history"] if "reward" in h)
+    # the logged rewards are the reward function's, and some group's samples differed (else Dr. GRPO has no gradient)
+    assert len(scored) == 2 and all(len(x) == s.batch_size for x in scored)
+    assert [h["reward"] for h in steps] == pytest.approx([sum(x) / len(x) for x in scored], abs=1e-5)
+    assert any(h["reward_std"] > 0 and h["grad_norm"] > 0 for h in steps), steps
     m2, t2 = load_policy(str(out))
     assert t2.max_tool_chars == TINY.max_tool_chars
+    assert changed(before, m2), "the saved policy equals the one before training: the step changed no weight"
 
 
 def test_fitted_env_keeps_schemas_and_cuts_results():
@@ -119,8 +154,12 @@ def test_fitted_env_keeps_schemas_and_cuts_results():
     assert env.get_reward() == 1.0
 
 
-def test_outcome_grpo_one_step(tiny, tmp_path):
+def test_outcome_grpo_one_step(tiny, tmp_path, monkeypatch):
+    """One outcome-GRPO step. A random tiny policy never solves a task, so every reward would be 0 and Dr. GRPO would have
+    no gradient: the sandbox of every other episode starts holding the gold recommendation (what a solving policy leaves
+    there), and the real `get_reward` scores each episode. The logged rewards must be the sandbox's, and the step must move weights."""
     from shopdistill.catalog import Catalog, generate_catalog
+    from shopdistill.env import ShoppingEnv
     from shopdistill.search import SearchEngine
     from shopdistill.tasks import synthesize_tasks
     model, tok = tiny
@@ -128,10 +167,42 @@ def test_outcome_grpo_one_step(tiny, tmp_path):
     engine = SearchEngine.build(catalog)
     tasks = synthesize_tasks(catalog, {"product": 2}, seed=0)
     s = GrpoSettings(**{**FAST, "reward": "outcome", "max_steps": 1, "max_tool_calls": 2, "max_completion_length": 48})
-    outcome_grpo_stage(model, tok, tasks, engine, s, tmp_path / "outcome", resume=False, cpu=True)
+    episodes, scored = [], []
+    reset, get_reward = ShoppingEnv.reset, ShoppingEnv.get_reward
+    def forced_reset(self, **task):
+        out = reset(self, **task)
+        if task.get("reward") is not None:
+            episodes.append(task["id"])
+            if len(episodes) % 2: self._recommendation = task["reward"]["product_id"]  # one episode of each group of 2
+        return out
+    def recorded_reward(self):
+        r = get_reward(self)
+        scored.append((type(self), self._recommendation, r))
+        return r
+    monkeypatch.setattr(ShoppingEnv, "reset", forced_reset)
+    monkeypatch.setattr(ShoppingEnv, "get_reward", recorded_reward)
+    before = weights(model)
+    out = outcome_grpo_stage(model, tok, tasks, engine, s, tmp_path / "outcome", resume=False, cpu=True)
+    monkeypatch.undo()
     log = json.loads((tmp_path / "outcome" / "train_log.json").read_text())
     assert log["global_step"] == 1 and log["reward"] == "outcome"
-    assert all(0.0 <= h["reward"] <= 1.0 for h in log["log_history"] if "reward" in h)
+    steps = [h for h in log["log_history"] if "reward" in h]
+    # every episode the trainer played was scored by the sandbox, and the logged reward is the mean of what it gave
+    assert len(scored) == len(episodes) == s.batch_size and len(steps) == 1
+    assert {r for _, _, r in scored} == {0.0, 1.0}, scored  # the forced episodes succeed, the policy's own do not
+    assert steps[0]["reward"] == pytest.approx(sum(r for _, _, r in scored) / len(scored)) and steps[0]["reward_std"] > 0
+    assert changed(before, load_policy(str(out))[0]), "the saved policy equals the one before training: the step changed no weight"
+    # the reward of the sandbox class the trainer played (tool results fitted), on its own: the gold 1.0, another hit or none 0.0
+    cls = scored[0][0]
+    assert cls.__name__ == "FittedShoppingEnv" and all(c is cls for c, _, _ in scored)
+    task = tasks[0]
+    gold = task["reward"]["product_id"]
+    wrong = next(h["product_id"] for h in engine.find_product(task["query"]) if h["product_id"] != gold)
+    for rec, want in ((gold, 1.0), (wrong, 0.0), (None, 0.0)):
+        env = cls.factory(engine)()
+        env.reset(**outcome_rows([task])[0])
+        if rec: env.recommend_product(rec)
+        assert env.get_reward() == want, (rec, want)
 
 
 def test_compact_lm_head_gives_the_same_log_probs():
