@@ -11,7 +11,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from .ledger import Ledger
+from .ledger import InputError, Ledger
 
 SERVICES = ("official", "freeShipping", "COD", "flashsale")
 SERVICE_NAMES = {"official": "LazMall", "freeShipping": "free shipping", "COD": "cash on delivery", "flashsale": "LazFlash"}
@@ -391,10 +391,18 @@ def save_catalog_store(products: Iterable[dict], folder) -> DiskCatalog:
     return DiskCatalog(folder)
 
 
-def load_catalog(path, ledger: Ledger | None = None, in_memory: bool | None = None) -> Catalog:
+def load_catalog(path, ledger: Ledger | None = None, in_memory: bool | None = None, allow_empty: bool = True) -> Catalog:
     """Open a catalog: a `DiskCatalog` folder, or a documents.jsonl(.gz) / products JSONL file.
 
-    A file is loaded into memory, or (`in_memory=False`) converted once into a store folder next to it."""
+    A file is loaded into memory, or (`in_memory=False`) converted once into a store folder next to it.
+    `allow_empty=False` (the `serve` and `score` commands) turns a catalog with no product into an `InputError`."""
+    if not allow_empty:
+        ledger = ledger if ledger is not None else Ledger()
+        cat = load_catalog(path, ledger, in_memory)
+        if not len(cat):
+            why = f"; {len(ledger)} lines skipped: {ledger.reasons()}" if len(ledger) else " (an empty file)"
+            raise InputError(path, f"no products in the catalog{why}")
+        return cat
     path = Path(path)
     if path.is_dir():
         if not (path / "offsets.npy").exists(): raise FileNotFoundError(f"{path} is a folder but not a catalog store (no offsets.npy)")

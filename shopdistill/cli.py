@@ -69,7 +69,9 @@ def _score_arguments(p):
 def _score(args) -> int:
     paths = [_existing(args.tasks, "tasks file"), _existing(args.catalog, "catalog"), _existing(args.answers, "answers file")]
     from shopdistill.scoring import score_report
-    print(json.dumps(score_report(*paths, args.scorer), indent=2, sort_keys=True, default=str))
+    report = score_report(*paths, args.scorer)
+    print(json.dumps(report, indent=2, sort_keys=True, default=str))
+    for w in report["warnings"]: print(f"shopdistill score: warning: {w}", file=sys.stderr)  # after the report, so they are the last lines seen
     return 0
 
 # %% ../nbs/99_reproduce.ipynb #17103139

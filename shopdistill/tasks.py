@@ -10,7 +10,7 @@ from typing import Iterable
 
 import numpy as np
 
-from .ledger import Ledger
+from .ledger import InputError, Ledger
 
 TASK_CATEGORIES = ("product", "shop", "voucher")
 TASK_SERVICES = ("official", "freeShipping", "COD", "flashsale")  # = catalog.SERVICES
@@ -176,10 +176,12 @@ def normalise_task(rec, category: str | None = None) -> dict:
 # %% ../nbs/01_shopping_sandbox.ipynb #8f3f6164
 def _records(path: Path):
     "Yield (where, number, record-or-exception) from a JSON array/suite object or a JSON-lines file."
-    text = path.read_text(encoding="utf-8")
+    try: text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e: raise InputError(path, f"not UTF-8 text (byte {e.start}: {e.reason})") from None
     head = text.lstrip()[:1]
     if head in "[{":
         try: whole = json.loads(text)
+        except RecursionError: raise InputError(path, "JSON nested too deeply") from None
         except json.JSONDecodeError as e:
             if head == "[": raise TaskFormatError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
             whole = None  # a JSON-lines file whose first line is an object
@@ -191,6 +193,7 @@ def _records(path: Path):
         if not line.strip(): continue
         try: yield "line", n, json.loads(line)
         except json.JSONDecodeError as e: yield "line", n, ValueError(f"invalid JSON ({e.msg} at column {e.colno})")
+        except RecursionError: yield "line", n, ValueError("JSON nested too deeply")
 
 
 def load_tasks(path, category: str | None = None, ledger: Ledger | None = None) -> list[dict]:

@@ -111,8 +111,18 @@ def test_helper_tools(engine):
     assert v == {"total": 300.0, "voucher_applies": True, "price_after_voucher": 270.0, "within_budget": True}
     v = json.loads(call_tool(env, "calculate_voucher", {"prices": "100", "threshold": 250, "discount_type": "fixed", "value": 20}))
     assert v["price_after_voucher"] == 100.0 and not v["voucher_applies"]
-    shops = json.loads(call_tool(env, "find_products_in_same_shop", {"queries": p["title"]}))
-    assert isinstance(shops, list)
+    by_shop = {}
+    for x in engine.catalog: by_shop.setdefault(x["shop_id"], []).append(x)
+    q1, q2 = next(v for v in by_shop.values() if len({y["category"] for y in v}) >= 2)[:2]
+    queries = [q1["title"], q2["title"]]
+    shops = json.loads(call_tool(env, "find_products_in_same_shop", {"queries": "; ".join(queries)}))
+    assert 1 <= len(shops) <= 5 and q1["shop_id"] in [s["shop_id"] for s in shops]
+    for s in shops:  # one product per query, every one sold by that shop and the shop's best hit for its query
+        assert len(s["products"]) == 2
+        for pid, q in zip(s["products"], queries):
+            assert engine.catalog.get(pid)["shop_id"] == s["shop_id"]
+            assert pid == engine.find_product(q, page=1, shop_id=s["shop_id"])[0]["product_id"]
+    assert json.loads(call_tool(env, "find_products_in_same_shop", {"queries": " ; "})) == []
 
 
 def test_factory_is_what_trl_expects(engine):

@@ -165,15 +165,22 @@ def test_shop_filter_exact():
 
 
 def test_bad_input_never_raises():
-    eng = SearchEngine.build(toy(["wireless mouse"] * 3))
-    for q in (None, "", "   ", "the of and", "zzzz", 12, ["wireless"], {"q": 1}, "a" * 100_000, "\x00\ud800"):
-        assert isinstance(eng.find_product(q), list)
-    assert eng.find_product(None) == [] and eng.find_product("the of") == []
-    for bad in dict(page=object(), price=object(), sort=[1], service={"a": 1}, shop_id=3.5).items():
-        assert isinstance(eng.find_product("mouse", **dict([bad])), list)
-    for arg in (None, "", ",", 5, ["2000000"], "2000000,,x"):
-        assert isinstance(eng.view_product_information(arg), list)
-        assert isinstance(eng.get_product_raw(arg), list)
+    "Bad arguments get upstream's answers: [] where nothing can match, the unfiltered results where a filter is unusable."
+    eng = SearchEngine.build(toy(["wireless mouse", "wireless keyboard", "usb cable"]))
+    a, b = eng.catalog[0]["product_id"], eng.catalog[1]["product_id"]
+    assert ids(eng.find_product("wireless")) == [a, b] and ids(eng.find_product("mouse")) == [a]
+    for q in (None, "", "   ", "the of and", "zzzz", 12, {"q": 1}, "a" * 100_000, "\x00\ud800"):
+        assert eng.find_product(q) == [], q
+    assert ids(eng.find_product(["wireless"])) == [a, b]  # a list is read as HTTP reads a repeated parameter: its first value
+    for bad in dict(price=object(), sort=[1], service={"a": 1}).items():  # an unusable filter or sort is ignored
+        assert ids(eng.find_product("wireless", **dict([bad]))) == [a, b], bad
+    for bad in dict(page=object(), shop_id=3.5).items():  # no page / no such shop: nothing
+        assert eng.find_product("wireless", **dict([bad])) == [], bad
+    assert eng.find_product("wireless", page="2") == [] and eng.find_product("wireless", page="x") == []
+    for arg in (None, "", ",", 5, ["2000000"]):
+        assert eng.view_product_information(arg) == [] and eng.get_product_raw(arg) == [], arg
+    assert ids(eng.view_product_information("2000000,,x")) == [a] == ids(eng.get_product_raw("2000000,,x"))
+    assert ids(eng.view_product_information(f"{b},{a}")) == [b, a]
 
 
 def test_result_fields_and_information():

@@ -32,7 +32,7 @@ def test_routes_match_the_engine(served):
     assert [d["product_id"] for d in info] == [p["product_id"], engine.catalog[11]["product_id"]]
     raw = s.get(f"{url}/get_product_raw", params={"product_ids": p["product_id"]}).json()
     assert raw == [json.loads(json.dumps(p))]
-    assert s.get(f"{url}/health").json() == {"status": "ok", "products": 1500}
+    assert s.get(f"{url}/health").json() == {"status": "healthy", "service": "search-server", "products": 1500}
 
 
 @pytest.mark.parametrize("params", [{}, {"q": "bag", "page": "abc"}, {"q": "bag", "page": "6"}, {"q": "bag", "price": "x-y", "page": "0"}])
@@ -74,7 +74,7 @@ def test_serve_command(tmp_path):
             except requests.ConnectionError:
                 assert proc.poll() is None, proc.stdout.read()
                 time.sleep(0.2)
-        assert r.json() == {"status": "ok", "products": 800}
+        assert r.json() == {"status": "healthy", "service": "search-server", "products": 800}
         assert (tmp_path / "documents.index").exists()  # the index is built once and cached next to the catalog
     finally:
         proc.terminate(); proc.wait(10)
