@@ -9,6 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
+from .ledger import InputError
+
 ROUTES = ("/find_product", "/view_product_information", "/get_product_raw", "/health")
 
 
@@ -103,7 +105,9 @@ def open_engine(catalog_path, index_dir=None, progress: bool = True):
 def serve(catalog_path, host: str = "127.0.0.1", port: int = 5632):
     "Serve the sandbox's HTTP API over a catalog until interrupted (`shopdistill serve`; ORO's port, upstream's is 5631)."
     engine = open_engine(catalog_path)
-    srv, url = start_server(engine, host, port)
+    try: srv, url = start_server(engine, host, port)
+    except OSError as e:  # a port in use or an address this machine lacks: the user's to change, not a crash
+        raise InputError(f"{host}:{port}", f"cannot listen here ({e.strerror or e}); choose another --port or --host") from None
     print(f"serving {len(engine.catalog)} products at {url} (routes: {', '.join(ROUTES)})", flush=True)
     try:
         while True: time.sleep(3600)

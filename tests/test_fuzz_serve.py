@@ -116,6 +116,14 @@ def test_good_catalog_served_on_loopback(tmp_path):
         srv.shutdown()
 
 
-def test_fuzz_input_count():
-    "How many hostile inputs this file tries (reported with the issue)."
-    assert len(BAD) + 4 + 3 == 18  # + the CLI cases, mixed, truncated gzip, replaced catalog
+def test_port_in_use_is_one_line(tmp_path, capsys):
+    path = tmp_path / "documents.jsonl.gz"
+    write_catalog(generate_catalog(60, seed=7), path)
+    srv, url = start_server(open_engine(path, progress=False))  # holds the port the command then asks for
+    try:
+        port = url.rsplit(":", 1)[1]
+        rc = main(["serve", "--catalog", str(path), "--port", port])
+        out, err = capsys.readouterr()
+        assert rc == 1 and err.count("\n") == 1 and f"127.0.0.1:{port}: cannot listen here" in err and "Traceback" not in err, err
+    finally:
+        srv.shutdown()
