@@ -110,7 +110,7 @@ def test_planted_leak_is_caught(arena):
     ev = pd.read_parquet(arena / "clean" / "parquet" / "eval.parquet", columns=["problem_id", "source_file", "source_line", "trajectory_id"])
     target = ev.iloc[0]
     bank = load_bank(arena / "arena" / "bank.jsonl")
-    env = _envelope_of(target["source_file"], int(target["source_line"]))
+    env = _envelope_of(arena / "arena" / "firehose" / target["source_file"], int(target["source_line"]))  # relative to the traces folder
     planted_query = paraphrase(bank[target["problem_id"]], seed=11)
     assert planted_query != bank[target["problem_id"]]["query"]
     plant = copy.deepcopy(env)  # the same agent's run, arriving from outside under a new id with the reworded request
