@@ -511,6 +511,7 @@ def read_answers(path) -> dict:
     any other JSON type is an `InputError` naming the key."""
     from shopdistill.ledger import InputError
     try: answers = json.loads(Path(path).read_bytes().decode("utf-8"))
+    except IsADirectoryError: raise InputError(path, "is a folder, not an answers file") from None
     except UnicodeDecodeError as e: raise InputError(path, f"not UTF-8 text (byte {e.start}: {e.reason})") from None
     except json.JSONDecodeError as e: raise InputError(path, f"not valid JSON ({e.msg} at column {e.colno})", e.lineno) from None
     except RecursionError: raise InputError(path, "JSON nested too deeply") from None

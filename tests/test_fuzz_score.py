@@ -157,3 +157,10 @@ def test_answers_as_strings_lists_and_unmatched_keys(capsys, good, tmp_path):
     rep = json.loads(out)
     assert rc == 0 and rep["successes"] == len(tasks) and rep["unmatched_answers"] == 1
     assert rep["unmatched_answer_keys"] == ["no-such-task"] and err.count("warning") == 1 and "1 of 7 answers match no task" in err
+
+
+def test_answers_given_as_a_folder(capsys, good, tmp_path):
+    rc = main(["score", "--tasks", str(good[0] / "tasks.jsonl"), "--catalog", str(good[0] / "documents.jsonl.gz"), "--answers", str(tmp_path)])
+    out, err = capsys.readouterr()
+    one_line_error(rc, err, tmp_path)
+    assert "is a folder" in err and out == ""
