@@ -41,8 +41,9 @@ def _reproduce_arguments(p):
 def _reproduce(args) -> int:
     from shopdistill.reproduce import reproduce
     m = reproduce(args.profile, only=args.only, flags=args.flags, force=args.force, html=not args.no_html, timeout=args.timeout)
-    ran = [n for n, e in sorted(m["notebooks"].items()) if e.get("status") == "executed"]
-    print(f"done: {len(ran)} executed; manifest: runs/{m['profile']}/manifest.json")
+    chosen = [n for n in sorted(m["notebooks"]) if not args.only or n in args.only or n.split("_")[0] in args.only]
+    ran = [n for n in chosen if m["notebooks"][n].get("status") == "executed"]  # this run's, not those kept from an earlier one
+    print(f"done: {len(ran)} of {len(chosen)} executed, the rest unchanged; manifest: runs/{m['profile']}/manifest.json")
     return 0
 
 

@@ -261,3 +261,13 @@ def test_environment_yml_mirrors_pyproject_pins():
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     listed = {d for d in pip if "==" in d}
     assert pinned == listed, f"only in pyproject: {sorted(pinned - listed)}; only in environment.yml: {sorted(listed - pinned)}"
+
+
+def test_cli_counts_only_what_this_run_executed(project, capsys, monkeypatch):
+    monkeypatch.setenv("SHOPDISTILL_HOME", str(project))
+    monkeypatch.setenv("SHOPDISTILL_RUNS", str(project / "runs"))
+    assert main(["reproduce", "--profile", "tiny", "--no-html"]) == 0
+    assert "done: 2 of 2 executed" in capsys.readouterr().out
+    # a second run of one chapter: nothing changed, so nothing ran, though the manifest still records both as executed before
+    assert main(["reproduce", "--profile", "tiny", "--only", "01", "--no-html"]) == 0
+    assert "done: 0 of 1 executed" in capsys.readouterr().out
