@@ -64,13 +64,9 @@ def start_server(engine, host: str = "127.0.0.1", port: int = 0):
 
 def catalog_digest(catalog_path) -> str:
     "sha256 of a catalog file's bytes (of `products.jsonl` for a store folder), read in 1 MiB blocks."
-    import hashlib
+    from shopdistill.bases import sha256_file  # stdlib only: the base wheel's check, reused
     p = Path(catalog_path)
-    if p.is_dir(): p = p / "products.jsonl"
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""): h.update(block)
-    return h.hexdigest()
+    return sha256_file(p / "products.jsonl" if p.is_dir() else p)
 
 
 def open_engine(catalog_path, index_dir=None, progress: bool = True):
