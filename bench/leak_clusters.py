@@ -9,9 +9,10 @@ import argparse, time
 import pandas as pd
 import psutil
 
-from shopdistill.catalog import Catalog, generate_catalog
-from shopdistill.leak_clusters import build_bank, leak_clusters, pairwise_scores, planted_clusters, strip_gold
-from shopdistill.tasks import synthesize_tasks
+from shopdistill.sandbox.catalog import Catalog, generate_catalog
+from shopdistill.arena.bank import build_bank, planted_clusters
+from shopdistill.arena.clusters import leak_clusters, pairwise_scores, strip_gold
+from shopdistill.sandbox.task_synthesis import synthesize_tasks
 
 
 def run(n_tasks: int, seed: int = 0) -> dict:

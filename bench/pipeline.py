@@ -55,14 +55,14 @@ def trimmed(src: Path, n: int) -> Path:
 def season_firehose(n: int, workers: int, out: Path, profile: str) -> Path:
     "Chapter 02's season engine until the firehose holds at least `n` traces (cached in `out`); then exactly the first `n`."
     from dataclasses import replace
-    from shopdistill.config import load_config
-    from shopdistill.season import ArenaTracesSettings, simulate_season
+    from shopdistill.reproduce.settings import load_config
+    from shopdistill.arena.season import ArenaTracesSettings, simulate_season
     if (out / "season.json").is_file() and json.loads((out / "season.json").read_text())["traces"] >= n:
         return trimmed(out / "firehose", n)
-    base = load_config(profile).section("arena_traces", ArenaTracesSettings)
+    base = load_config(profile).arena_traces
     st = replace(base, days=80, miners={"subtask": 14, "agentic": 12, "decoy": 6}, validators=3, eligible_runs=2, workers=workers)
     t0 = time.time()
-    s = simulate_season(profile, out_dir=out, workers=workers, settings=st, stop_at_traces=n, progress=True)
+    s = simulate_season(load_config(profile), out_dir=out, workers=workers, settings=st, stop_at_traces=n, progress=True)
     print(f"generated {s['traces']:,} traces with the season engine in {time.time() - t0:.0f} s -> {out}")
     return trimmed(out / "firehose", n)
 
@@ -93,9 +93,9 @@ def replicated_firehose(n: int, src: Path, out: Path, shard_size: int = 5000) ->
 
 RUN_PIPELINE = r"""
 import json, resource, sys, time
-from shopdistill.corpus import build_corpus
+from shopdistill.corpus.build import build_corpus
 t0 = time.time()
-s = build_corpus(sys.argv[1], sys.argv[2], profile=sys.argv[3], workers=int(sys.argv[4]), progress=False, reuse=False)
+s = build_corpus(sys.argv[1], sys.argv[2], cfg=load_config(sys.argv[3]), workers=int(sys.argv[4]), progress=False, reuse=False)
 wall = time.time() - t0
 me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 print(json.dumps({"wall": wall, "summary": {k: s[k] for k in ("inputs", "trajectories", "funnel", "seconds", "splits")},
@@ -107,16 +107,16 @@ RUN_NAIVE = r"""
 import gzip, json, resource, sys, time
 from pathlib import Path
 import pandas as pd
-from shopdistill.config import load_config
-from shopdistill.corpus import catalog_ids, slim_meta
-from shopdistill.judge import GateProxyJudge
-from shopdistill.normalise import find_problems, resolve_inputs
-from shopdistill.structural_filter import (FilterSettings, TokenCounter, apply_stages, assistant_shingles, load_counter, minhash_signature,
+from shopdistill.reproduce.settings import load_config
+from shopdistill.corpus.build import catalog_ids, slim_meta
+from shopdistill.corpus.judge import GateProxyJudge
+from shopdistill.corpus.normalise import find_problems, resolve_inputs
+from shopdistill.corpus.filter import (FilterSettings, TokenCounter, apply_stages, assistant_shingles, load_counter, minhash_signature,
                                           passes_checks, render_chat, train_bpe, trajectory_features)
-from shopdistill.trajectory import Reject, read_sn15_envelope
+from shopdistill.corpus.trajectory import Reject, read_sn15_envelope
 firehose, out, profile, limit = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 t0 = time.time()
-cfg = load_config(profile); s = cfg.section("filter", FilterSettings)
+cfg = load_config(profile); s = cfg.filter
 files = resolve_inputs(firehose); index = find_problems(files); judge = GateProxyJudge(); known = catalog_ids(s.catalog, cfg)
 rows, sigs, trajs, pending, counter, n = [], {}, {}, [], None, 0
 
@@ -183,8 +183,8 @@ def main(argv=None):
     if args.firehose: fh = Path(args.firehose)
     elif args.source == "season": fh = season_firehose(args.traces, max(args.workers, os.cpu_count() or 1), cache / f"season-{args.traces}", args.profile)
     else:
-        from shopdistill.config import run_dir
-        fh = replicated_firehose(args.traces, run_dir(args.profile) / "arena" / "firehose", cache / f"replicate-{args.traces}")
+        from shopdistill.core.run import Run
+        fh = replicated_firehose(args.traces, Run.of(args.profile).arena().firehose, cache / f"replicate-{args.traces}")
     n = count_traces(fh)
     print(f"firehose: {fh} ({n:,} traces, {sum(p.stat().st_size for p in fh.glob('*.gz')) / 1e6:.0f} MB gzip, source: {args.source if not args.firehose else 'given'})")
     tmp = Path(tempfile.mkdtemp(prefix="pipeline-bench-"))

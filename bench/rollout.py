@@ -19,7 +19,7 @@ from pathlib import Path
 
 def reprefill_episodes(model, tok, problems, engine, *, step_cap, max_new_tokens, batch_size, max_prompt_tokens):
     "The pre-vLLM loop: turn-synchronous rounds over every live episode, whole prompts re-prefilled in fp32."
-    from shopdistill import rollout as R
+    from shopdistill.training import rollout as R
     tools = R.tool_schemas_for_training()
     eps = [R._new_episode(p, 0, engine, step_cap, tools) for p in problems]
     turns = R._Turns(tok, tools, temperature=0.0, top_p=1.0, seed=0, greedy_first=True, max_new_tokens=max_new_tokens,
@@ -51,16 +51,18 @@ def main():
     ap.add_argument("--json", default=None, help="write the results here too")
     a = ap.parse_args()
     import datasets, torch
-    from shopdistill.config import load_config, quiet_libraries
-    from shopdistill.models import TrainSettings, load_policy
-    from shopdistill.rollout import run_episodes, close_vllm
-    from shopdistill.season import load_sandbox
-    from shopdistill.stages import evaluation_problems
+    from shopdistill.reproduce.settings import load_config
+    from shopdistill.core.progress import quiet_libraries
+    from shopdistill.training.settings import TrainSettings
+    from shopdistill.training.policy import load_policy
+    from shopdistill.training.rollout import run_episodes, close_vllm
+    from shopdistill.arena.season import load_sandbox
+    from shopdistill.training.evaluation import evaluation_problems
     quiet_libraries()
     torch.set_num_threads(os.cpu_count())
     cfg = load_config(a.profile)
     data = load_config(a.data) if a.data else cfg
-    ts = cfg.section("train", TrainSettings)
+    ts = cfg.train
     run = data.run_dir()
     spec = a.model or (str(run / "train" / "stage1_sft" / "model") if (run / "train" / "stage1_sft" / "model" / "config.json").exists() else ts.base)
     bank = [json.loads(l) for l in open(run / "arena" / "bank.jsonl")]

@@ -1,4 +1,4 @@
-"""Benchmark of shopdistill.search against the upstream engine (Pyserini) and other BM25 engines.
+"""Benchmark of shopdistill.sandbox.search against the upstream engine (Pyserini) and other BM25 engines.
 
 One core (thread pools pinned to 1). Reports index build time, size on disk, serving memory and the
 p50/p95/p99 latency of `find_product` over realistic queries, and the share of result pages identical to
@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from shopdistill.catalog import Catalog, generate_catalog, indexed_text
-from shopdistill.search import (HIT_CAP, MAX_RESULTS, PAGE_SIZE, Analyzer, SearchEngine, parse_page, parse_price,
-                                parse_service, _SERVICE_BIT)
+from shopdistill.sandbox.catalog import Catalog, generate_catalog, indexed_text
+from shopdistill.sandbox.search import HIT_CAP, MAX_RESULTS, PAGE_SIZE, SearchEngine, parse_page, parse_price, parse_service, _SERVICE_BIT
+from shopdistill.sandbox.analyzer import Analyzer
 
 
 # ---- queries ----------------------------------------------------------------------------------------------
@@ -100,7 +100,7 @@ _MEM_SCRIPT = r"""
 import os, sys, json, time
 for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"): os.environ[v] = "1"
 import numpy as np, psutil
-from shopdistill.search import SearchEngine, Index
+from shopdistill.sandbox.search import SearchEngine, Index
 proc = psutil.Process()
 folder, qfile = sys.argv[1], sys.argv[2]
 idx_meta = json.load(open(os.path.join(folder, "meta.json")))
@@ -350,7 +350,7 @@ def main(argv=None):
 
     if not a.skip_http:
         try:
-            from shopdistill.server import start_server
+            from shopdistill.sandbox.server import start_server
             import http.client, urllib.parse
             srv, base = start_server(ours)
             host, port = base.split("//")[1].split(":")
@@ -363,7 +363,7 @@ def main(argv=None):
             srv.shutdown()
             rows["shopdistill via HTTP"] = dict(**pcts(lat_h), n=a.n)
         except ImportError as e:
-            notes.append(f"HTTP path skipped: shopdistill.server not importable ({e})")
+            notes.append(f"HTTP path skipped: shopdistill.sandbox.server not importable ({e})")
         except Exception as e:
             notes.append(f"HTTP path failed: {type(e).__name__}: {e}")
 

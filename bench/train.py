@@ -22,8 +22,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from shopdistill.config import load_config
-from shopdistill.models import TrainSettings, load_policy, render_prompt, sft_row, tool_schemas_for_training, lm_loss
+from shopdistill.reproduce.settings import load_config
+from shopdistill.training.settings import TrainSettings
+from shopdistill.training.policy import load_policy
+from shopdistill.training.rendering import render_prompt, sft_row, tool_schemas_for_training
+from shopdistill.training.loss import lm_loss
 
 
 def rss_mb() -> float: return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -64,7 +67,7 @@ def sft_speed(model, examples, bs, steps, pad, loss_positions_only):
 
 
 def rollout_speed(model, tok, prompts, bs, new_tokens, batched):
-    from shopdistill.rollout import generate_transformers
+    from shopdistill.training.rollout import generate_transformers
     pad = tok.pad_token_id
     t0, gen = time.perf_counter(), 0
     if batched:
@@ -87,7 +90,7 @@ def rollout_speed(model, tok, prompts, bs, new_tokens, batched):
 def base_sft(a, ts, rows):
     "SFT tokens/s of the profile's pretrained base at batch 1: full fine-tuning two ways, and LoRA."
     from peft import get_peft_model
-    from shopdistill.stages import _peft_config  # the LoRA config chapter 05's SFT trainer is given
+    from shopdistill.training.trainer import _peft_config  # the LoRA config chapter 05's SFT trainer is given
     tools = tool_schemas_for_training()
     results, examples = {}, None
     for name, lora, positions_only in (("full, loss positions only", False, True), ("full, whole output layer", False, False),
@@ -122,13 +125,13 @@ def main():
     ap.add_argument("--examples", type=int, default=8, help="--base: corpus conversations cycled through")
     a = ap.parse_args()
     torch.set_num_threads(a.threads); torch.manual_seed(0); random.seed(0)
-    from shopdistill.config import quiet_libraries
+    from shopdistill.core.progress import quiet_libraries
     quiet_libraries()  # no weight-loading bars between the rows
     cfg = load_config(a.profile)
-    ts = cfg.section("train", TrainSettings)
+    ts = cfg.train
     run = (load_config(a.data) if a.data else cfg).run_dir()
     from datasets import load_from_disk
-    from shopdistill.trajectory import from_arrow_row
+    from shopdistill.corpus.trajectory import from_arrow_row
     corpus = run / "corpus" / "dataset"
     if not corpus.exists(): sys.exit(f"{corpus} is missing: run `make reproduce` (chapters 00-04) first")
     train = load_from_disk(str(corpus))["train"]

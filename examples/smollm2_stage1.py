@@ -22,11 +22,14 @@ from dataclasses import asdict
 def main() -> int:
     import datasets
     import torch
-    from shopdistill.config import load_config, quiet_libraries
-    from shopdistill.models import TrainSettings, load_policy
-    from shopdistill.rollout import close_vllm
-    from shopdistill.season import load_sandbox
-    from shopdistill.stages import corpus_rows, evaluate_stage, evaluation_problems, per_problem_rows, sft
+    from shopdistill.reproduce.settings import load_config
+    from shopdistill.core.progress import quiet_libraries
+    from shopdistill.training.settings import TrainSettings
+    from shopdistill.training.policy import load_policy
+    from shopdistill.training.rollout import close_vllm
+    from shopdistill.arena.season import load_sandbox
+    from shopdistill.training.sft import corpus_rows, per_problem_rows, sft
+    from shopdistill.training.evaluation import evaluate_stage, evaluation_problems
 
     quiet_libraries()
     torch.set_num_threads(os.cpu_count() or 1)  # as chapter 05 does for a real base: every core for its matmuls
@@ -40,7 +43,7 @@ def main() -> int:
     bank_path, corpus_path = run / "arena" / "bank.jsonl", run / "corpus" / "dataset"
     if not (bank_path.exists() and corpus_path.exists()):
         sys.exit(f"no smoke data under {run}: run `make reproduce ONLY=\"00 01 02 03 04\"` first")
-    ts = cfg.section("train", TrainSettings)
+    ts = cfg.train
     out = cfg.run_dir() / "stage1_only"
     bank = [json.loads(line) for line in bank_path.open()]
     corpus = datasets.load_from_disk(str(corpus_path))

@@ -21,14 +21,14 @@ def tiny_season_yaml() -> str:
 @pytest.fixture(scope="session")
 def tiny_season(tmp_path_factory):
     "A three-day season of eight miners (about 500 traces) on two processes, simulated once per pytest session."
-    from shopdistill.season import simulate_season
+    from shopdistill.arena.season import simulate_season
     base = tmp_path_factory.getbasetemp() / "tiny-season-04"
     if not (base / "arena" / "season.json").exists():
         base.mkdir(exist_ok=True)
         (base / "season.yaml").write_text(TINY_SEASON)
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("SHOPDISTILL_RUNS", str(tmp_path_factory.getbasetemp() / "runs"))  # its sandbox goes there, not into runs/
-            simulate_season(base / "season.yaml", out_dir=base / "arena", workers=2, progress=False)
+            simulate_season(load_config(base / "season.yaml"), out_dir=base / "arena", workers=2, progress=False)
     return base
 
 
@@ -52,7 +52,7 @@ def make_qwen3_tokenizer():
     def make(texts, vocab_size: int):
         from transformers import PreTrainedTokenizerFast
         from trl.chat_template_utils import qwen3_chat_template
-        from shopdistill.structural_filter import train_bpe
+        from shopdistill.corpus.tokens import train_bpe
         tok = PreTrainedTokenizerFast(tokenizer_object=train_bpe(texts, vocab_size), eos_token="<|im_end|>", pad_token="<|endoftext|>")
         tok.chat_template = qwen3_chat_template
         return tok
@@ -66,8 +66,8 @@ CORPUS_YAML = "filter: {tokenizer: bpe, bpe_vocab: 1000, bpe_sample: 100}\ncorpu
 def tiny_corpus(tmp_path_factory, arena_copy):
     """(folder, summary) of chapter 04's corpus built once per session from the tiny season's raw traces (`folder/corpus`;
     the season's `arena/` with its hidden labels beside it), for the corpus tests and the corpus-level checks."""
-    from shopdistill.corpus import build_corpus
+    from shopdistill.corpus.build import build_corpus
     d = arena_copy("corpus04", CORPUS_YAML)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SHOPDISTILL_RUNS", str(tmp_path_factory.getbasetemp() / "runs"))
-        return d, build_corpus(d / "arena" / "firehose", d / "corpus", profile=d / "tiny.yaml", workers=2, progress=False)
+        return d, build_corpus(d / "arena" / "firehose", d / "corpus", cfg=load_config(d / "tiny.yaml"), workers=2, progress=False)

@@ -5,17 +5,18 @@ import re
 
 import pytest
 
-from shopdistill.arena_loop import CheckpointMiner, LoopSeason, LoopSettings, last_checkpoint_stage, placing, run_loop
-from shopdistill.models import TinySettings, TrainSettings, load_policy
+from shopdistill.results.loop import CheckpointMiner, LoopSeason, LoopSettings, last_checkpoint_stage, placing, run_loop
+from shopdistill.training.settings import TinySettings, TrainSettings
+from shopdistill.training.policy import load_policy
 
 TINY = TrainSettings(tiny=TinySettings(hidden=32, layers=2, heads=2, kv_heads=2, intermediate=64, bpe_vocab=400), max_tool_chars=200)
 
 
 @pytest.fixture(scope="module")
 def world():
-    from shopdistill.catalog import Catalog, generate_catalog
-    from shopdistill.search import SearchEngine
-    from shopdistill.tasks import synthesize_tasks
+    from shopdistill.sandbox.catalog import Catalog, generate_catalog
+    from shopdistill.sandbox.search import SearchEngine
+    from shopdistill.sandbox.task_synthesis import synthesize_tasks
     catalog = Catalog.from_records(list(generate_catalog(300, seed=0)))
     engine = SearchEngine.build(catalog)
     problem = synthesize_tasks(catalog, {"product": 1}, seed=0)[0]
@@ -24,7 +25,7 @@ def world():
 
 
 def _client(engine, seed=0):
-    from shopdistill.tool_client import InProcessToolClient, ProxyLog, SearchCache, SimClock
+    from shopdistill.arena.tool_client import InProcessToolClient, ProxyLog, SearchCache, SimClock
     return InProcessToolClient(SearchCache(engine), SimClock(1_000), random.Random(seed), ProxyLog(2000))
 
 
@@ -41,7 +42,7 @@ def _call(name, args): return f'<think>\nlooking\n</think>\n\n<tool_call>\n{json
 
 
 def test_checkpoint_miner_calls_tools_and_the_validator_scores_it(world):
-    from shopdistill.validator import Limits, problem_success, run_problem
+    from shopdistill.arena.validator import Limits, problem_success, run_problem
     catalog, engine, problem, model, tok = world
     hits = engine.find_product(problem["query"])
     first = str(hits[0]["product_id"])
@@ -65,7 +66,7 @@ def test_checkpoint_miner_calls_tools_and_the_validator_scores_it(world):
 
 def test_the_validator_fails_a_miner_that_recommends_a_wrong_product(world):
     "The same run with a known-wrong id (another of the search hits, not the gold) is not a success."
-    from shopdistill.validator import Limits, problem_success, run_problem
+    from shopdistill.arena.validator import Limits, problem_success, run_problem
     catalog, engine, problem, model, tok = world
     gold = problem["reward"]["product_id"]
     wrong = next(str(h["product_id"]) for h in engine.find_product(problem["query"]) if str(h["product_id"]) != gold)
@@ -79,7 +80,7 @@ def test_the_validator_fails_a_miner_that_recommends_a_wrong_product(world):
 
 
 def test_checkpoint_miner_stops_on_a_turn_without_a_call(world):
-    from shopdistill.validator import Limits, run_problem
+    from shopdistill.arena.validator import Limits, run_problem
     _, engine, problem, model, tok = world
     miner = CheckpointMiner(model, tok, step_cap=5, max_new_tokens=64, backend=scripted(tok, ["<think>\nno idea\n</think>\n\nSorry."]))
     env, calls = run_problem(miner.agent_main, problem, _client(engine), Limits(step_cap=5))
@@ -91,8 +92,8 @@ def test_checkpoint_miner_keeps_each_problems_kv_cache_between_turns(world):
     """With KV reuse a turn prefills only what the last one added, and the greedy completions are the ones a full prefill
     gives. The real generator runs every turn; the scripted text it hands back keeps the episode going (a random tiny
     model writes no tool call), and the cached prefix then ends where the scripted text departs from the sampled one."""
-    from shopdistill.rollout import KVStore, generate_transformers
-    from shopdistill.validator import Limits, run_problem
+    from shopdistill.training.rollout import KVStore, generate_transformers
+    from shopdistill.arena.validator import Limits, run_problem
     _, engine, problem, model, tok = world
     script = [_call("find_product", {"q": problem["query"]}), _call("find_product", {"q": "bottle"}), "<think>\ndone\n</think>\n\nok"]
 
@@ -122,7 +123,7 @@ def test_checkpoint_miner_keeps_each_problems_kv_cache_between_turns(world):
 
 
 def test_checkpoint_miner_is_deterministic_when_greedy(world):
-    from shopdistill.validator import Limits, run_problem
+    from shopdistill.arena.validator import Limits, run_problem
     _, engine, problem, model, tok = world
     runs = []
     for _ in range(2):
@@ -143,11 +144,11 @@ def test_last_checkpoint_stage_follows_the_recipe_order(tmp_path):
 
 
 def test_a_loop_season_places_the_entrant_every_day(tiny_season, tiny_season_yaml, tmp_path_factory, capsys):
-    from shopdistill.config import load_config
+    from shopdistill.reproduce.settings import load_config
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SHOPDISTILL_RUNS", str(tmp_path_factory.getbasetemp() / "runs"))  # the tiny season's sandbox
         cfg = load_config(tiny_season / "season.yaml")
-        from shopdistill.season import load_sandbox
+        from shopdistill.arena.season import load_sandbox
         catalog = load_sandbox(cfg)[0]
         model, tok = load_policy("tiny", TINY, ids=catalog.ids[:200])
         out = run_loop(cfg, model, tok, LoopSettings(days=2, max_new_tokens=8), progress=True)

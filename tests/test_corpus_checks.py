@@ -37,7 +37,7 @@ def test_every_trace_is_labelled(corpus):
 
 def test_audit_is_empty(corpus):
     out, s, _, rows = corpus
-    from shopdistill.splits import load_bank, split_audit
+    from shopdistill.corpus.splits import load_bank, split_audit
     assert s["audit"] == [] and json.loads((out / "audits.json").read_text())["audit"] == []
     # recomputed from the released rows, not taken from the builder's word
     assert split_audit(rows.to_dict("records"), load_bank(s["bank"])) == []
@@ -57,9 +57,9 @@ def test_no_leak_cluster_in_both_splits(corpus):
 def test_planted_paraphrase_joins_its_cluster(corpus, tiny_corpus):
     "A held-out problem re-entering under another name (a paraphrase, no id, no gold) lands in its original's cluster."
     out, s, decisions, rows = corpus
-    from shopdistill.arena import ArenaSettings
-    from shopdistill.config import load_config
-    from shopdistill.splits import load_bank, paraphrase, problem_clusters, problem_key, problems_present
+    from shopdistill.arena.rules import ArenaSettings
+    from shopdistill.reproduce.settings import load_config
+    from shopdistill.corpus.splits import load_bank, paraphrase, problem_clusters, problem_key, problems_present
     d, _ = tiny_corpus
     bank = load_bank(s["bank"])
     ev = rows[rows["split"] == "eval"]
@@ -69,7 +69,7 @@ def test_planted_paraphrase_joins_its_cluster(corpus, tiny_corpus):
     planted = paraphrase(bank[target], seed=7)
     present = decisions[["problem_id", "query", "category", "success", "recommended"]].to_dict("records")
     row = {"problem_id": None, "query": planted, "category": None, "success": False, "recommended": None}
-    cl = problem_clusters(problems_present(present + [row], bank), load_config(d / "tiny.yaml").section("arena", ArenaSettings).clusters)
+    cl = problem_clusters(problems_present(present + [row], bank), load_config(d / "tiny.yaml").arena.clusters)
     assert cl[problem_key(None, planted)] == cl[problem_key(target, bank[target]["query"])]
 
 

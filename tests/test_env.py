@@ -3,10 +3,9 @@ import inspect, json
 
 import pytest
 
-from shopdistill.catalog import Catalog, generate_catalog
-from shopdistill.env import (HELPER_TOOL_NAMES, TOOL_NAMES, OroShoppingEnv, ShoppingEnv, call_tool, episode_state,
-                             tool_schemas)
-from shopdistill.search import SearchEngine
+from shopdistill.sandbox.catalog import Catalog, generate_catalog
+from shopdistill.sandbox.tools import HELPER_TOOL_NAMES, TOOL_NAMES, OroShoppingEnv, ShoppingEnv, call_tool, episode_state, tool_schemas
+from shopdistill.sandbox.search import SearchEngine
 
 
 @pytest.fixture(scope="module")

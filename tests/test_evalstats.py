@@ -4,7 +4,7 @@ import itertools, math
 import numpy as np
 import pytest
 
-from shopdistill.evalstats import pass_at_k, paired_bootstrap, stage_row, success_by_problem, wilson
+from shopdistill.training.evalstats import pass_at_k, paired_bootstrap, stage_row, success_by_problem, wilson
 
 
 def enumerated_pass_at_k(n: int, c: int, k: int) -> float:

@@ -12,8 +12,8 @@ import shutil
 import pytest
 
 from conftest import CORPUS_YAML, TINY_SEASON
-from shopdistill.cli import main
-from shopdistill.normalise import count_records
+from shopdistill.reproduce.cli import main
+from shopdistill.corpus.normalise import count_records
 from test_fuzz_readers import mutate
 
 SEED = 20261201

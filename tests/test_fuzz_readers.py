@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from shopdistill.envelope import make_envelope, make_step
-from shopdistill.normalise import check_accounts, count_records, normalise_file, normalise_traces, read_shard
-from shopdistill.trajectory import REJECT_REASONS, trajectory_problems
+from shopdistill.arena.envelope import make_envelope, make_step
+from shopdistill.corpus.normalise import check_accounts, count_records, normalise_file, normalise_traces, read_shard
+from shopdistill.corpus.trajectory import REJECT_REASONS, trajectory_problems
 
 SEED = 20260415
 MIN_BAD_INPUTS = 1000
@@ -257,7 +257,7 @@ def test_the_reasons_are_the_expected_ones(fuzz_run):
 def test_big_strings_under_a_raised_limit(fuzz_run, tmp_path):
     "With the record limit raised, 10 MB strings are read, judged (on the judge's cut) and written without trouble."
     root, _, _, _ = fuzz_run
-    from shopdistill.judge import GateProxyJudge
+    from shopdistill.corpus.judge import GateProxyJudge
     reps = [normalise_file(root / "in" / n, tmp_path / f"{n}.gz", judge=GateProxyJudge(), max_record_bytes=64_000_000)
             for n in ("big_envelope.jsonl", "big_rows.jsonl")]
     assert [(r["inputs"], r["outputs"], r["rejects"]) for r in reps] == [(1, 1, []), (2, 2, [])]

@@ -4,9 +4,10 @@ import gzip, json, random
 
 import pytest
 
-from shopdistill.catalog import generate_catalog, write_catalog
-from shopdistill.cli import main
-from shopdistill.tasks import save_tasks, synthesize_tasks
+from shopdistill.sandbox.catalog import generate_catalog, write_catalog
+from shopdistill.reproduce.cli import main
+from shopdistill.sandbox.tasks import save_tasks
+from shopdistill.sandbox.task_synthesis import synthesize_tasks
 
 rng = random.Random(13)
 RANDOM = bytes(rng.randrange(256) for _ in range(4096))

@@ -5,10 +5,10 @@ import gzip, json, os, random
 import pytest
 import requests
 
-from shopdistill.catalog import generate_catalog, write_catalog
-from shopdistill.cli import main
-from shopdistill.ledger import InputError
-from shopdistill.server import open_engine, start_server
+from shopdistill.sandbox.catalog import generate_catalog, write_catalog
+from shopdistill.reproduce.cli import main
+from shopdistill.core.ledger import InputError
+from shopdistill.sandbox.server import open_engine, start_server
 
 rng = random.Random(13)
 RANDOM = bytes(rng.randrange(256) for _ in range(4096))

@@ -12,10 +12,9 @@ import re
 
 import pytest
 
-from shopdistill.envelope import make_step, params_text
-from shopdistill.judge import GateProxyJudge, judge_dialogue, proxy_log
-from shopdistill.validator import (_CAP, _ID, _JSON_WORDS, _PRICE, _REASON, _WORD, JUDGE_SCORES, MIN_COMPLETION_TOKENS, RESULT_CHARS,
-                                   THINK_CHARS, completion_tokens, gate_proxy_judge)
+from shopdistill.arena.envelope import make_step, params_text
+from shopdistill.corpus.judge import GateProxyJudge, judge_dialogue, proxy_log
+from shopdistill.arena.validator import _CAP, _ID, _JSON_WORDS, _PRICE, _REASON, _WORD, JUDGE_SCORES, MIN_COMPLETION_TOKENS, RESULT_CHARS, THINK_CHARS, completion_tokens, gate_proxy_judge
 
 
 # ---- the reference: the original implementation, verbatim in behaviour ----
@@ -119,7 +118,8 @@ def test_generated_dialogues_score_as_the_reference():
 
 def test_season_traces_score_as_the_reference(tiny_season):
     judge, n, scores = GateProxyJudge(), 0, set()
-    from shopdistill.trajectory import Reject, read_sn15_envelope
+    from shopdistill.corpus.trajectory import Reject
+    from shopdistill.corpus.readers import read_sn15_envelope
     for shard in sorted((tiny_season / "arena" / "firehose").glob("shard-*.jsonl.gz")):
         for k, line in enumerate(gzip.open(shard, "rb"), 1):
             env = json.loads(line)

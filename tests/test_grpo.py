@@ -7,12 +7,14 @@ import pytest
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
-from shopdistill.config import load_config
-from shopdistill.grpo import (GrpoSettings, dr_grpo_stage, fitted_env_class, grpo_config, outcome_grpo_stage, outcome_rows,
-                              screen_states, state_rows)
-from shopdistill.models import ELIDED, TinySettings, TrainSettings, load_policy, render_prompt, sft_row, tool_schemas_for_training
-from shopdistill.rewards import REWARD_RANGE, per_step_reward
-from shopdistill.trajectory import assistant_message, make_tool_call
+from shopdistill.reproduce.settings import load_config
+from shopdistill.training.grpo import GrpoSettings, dr_grpo_stage, fitted_env_class, grpo_config, outcome_grpo_stage, outcome_rows, screen_states, state_rows
+from shopdistill.training.rendering import ELIDED
+from shopdistill.training.policy import load_policy
+from shopdistill.training.settings import TinySettings, TrainSettings
+from shopdistill.training.rendering import render_prompt, sft_row, tool_schemas_for_training
+from shopdistill.training.rewards import REWARD_RANGE, per_step_reward
+from shopdistill.corpus.trajectory import assistant_message, make_tool_call
 
 TINY = TrainSettings(tiny=TinySettings(bpe_vocab=400, hidden=32, layers=2, heads=2, kv_heads=1, intermediate=64, seed=0), max_tool_chars=200)
 FAST = dict(num_generations=2, batch_size=2, grad_accum=1, max_steps=2, max_completion_length=24, lr=1e-3, screen_samples=2,
@@ -41,7 +43,7 @@ def step_view(msgs: list[dict], tools: list[dict]) -> list[dict]:
 
 @pytest.mark.parametrize("profile", ["smoke", "full"])
 def test_config_is_dr_grpo_and_explicit(profile, tmp_path):
-    s = load_config(profile).section("grpo", GrpoSettings)
+    s = load_config(profile).grpo
     c = grpo_config(s, tmp_path, cpu=True)
     assert (c.loss_type, c.scale_rewards, c.beta) == ("dr_grpo", "none", 0.0)
     assert (c.learning_rate, c.lr_scheduler_type.value if hasattr(c.lr_scheduler_type, "value") else c.lr_scheduler_type) == (s.lr, s.scheduler)
@@ -88,8 +90,8 @@ def changed(before: dict, model) -> list[str]:
 
 
 def test_screening_and_two_steps_per_step_reward(tiny, tmp_path, monkeypatch):
-    import shopdistill.grpo as grpo
-    from shopdistill.rewards import message_text
+    import shopdistill.training.grpo as grpo
+    from shopdistill.training.rewards import message_text
     model, tok = tiny
     tools = tool_schemas_for_training()
     rows, _ = state_rows(step_view(conversation(), tools), tok)
@@ -134,9 +136,9 @@ def test_screening_and_two_steps_per_step_reward(tiny, tmp_path, monkeypatch):
 
 
 def test_fitted_env_keeps_schemas_and_cuts_results():
-    from shopdistill.catalog import Catalog, generate_catalog
-    from shopdistill.search import SearchEngine
-    from shopdistill.tasks import synthesize_tasks
+    from shopdistill.sandbox.catalog import Catalog, generate_catalog
+    from shopdistill.sandbox.search import SearchEngine
+    from shopdistill.sandbox.task_synthesis import synthesize_tasks
     catalog = Catalog.from_records(list(generate_catalog(300, seed=0)))
     engine = SearchEngine.build(catalog)
     task = synthesize_tasks(catalog, {"product": 1}, seed=0)[0]
@@ -158,10 +160,10 @@ def test_outcome_grpo_one_step(tiny, tmp_path, monkeypatch):
     """One outcome-GRPO step. A random tiny policy never solves a task, so every reward would be 0 and Dr. GRPO would have
     no gradient: the sandbox of every other episode starts holding the gold recommendation (what a solving policy leaves
     there), and the real `get_reward` scores each episode. The logged rewards must be the sandbox's, and the step must move weights."""
-    from shopdistill.catalog import Catalog, generate_catalog
-    from shopdistill.env import ShoppingEnv
-    from shopdistill.search import SearchEngine
-    from shopdistill.tasks import synthesize_tasks
+    from shopdistill.sandbox.catalog import Catalog, generate_catalog
+    from shopdistill.sandbox.tools import ShoppingEnv
+    from shopdistill.sandbox.search import SearchEngine
+    from shopdistill.sandbox.task_synthesis import synthesize_tasks
     model, tok = tiny
     catalog = Catalog.from_records(list(generate_catalog(300, seed=0)))
     engine = SearchEngine.build(catalog)
@@ -207,7 +209,7 @@ def test_outcome_grpo_one_step(tiny, tmp_path, monkeypatch):
 
 def test_compact_lm_head_gives_the_same_log_probs():
     from trl.trainer.utils import add_fused_lm_head
-    from shopdistill.grpo import compact_lm_head
+    from shopdistill.training.trainer import compact_lm_head
     model, _ = load_policy("tiny", TINY)
     add_fused_lm_head(model)
     torch.manual_seed(0)
@@ -224,9 +226,9 @@ def test_compact_lm_head_gives_the_same_log_probs():
 
 def test_full_profile_trainers_build_on_a_tiny_stand_in(tiny, tmp_path):
     "What the full profile's dry run does: the trainers build on CPU from full.yaml (LoRA on; bf16 and vLLM off without a GPU)."
-    from shopdistill.grpo import per_step_trainer
+    from shopdistill.training.grpo import per_step_trainer
     model, tok = load_policy("tiny", TINY)
-    s = load_config("full").section("grpo", GrpoSettings)
+    s = load_config("full").grpo
     rows, _ = state_rows(step_view(conversation(), tool_schemas_for_training()), tok)
     tr = per_step_trainer(model, tok, rows, s, tmp_path, cpu=True)
     assert (tr.args.loss_type, tr.args.scale_rewards, tr.args.beta, tr.args.num_generations) == ("dr_grpo", "none", 0.0, 8)

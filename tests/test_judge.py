@@ -13,12 +13,10 @@ import threading
 
 import pytest
 
-from shopdistill.envelope import make_envelope, make_step
-from shopdistill.judge import (FENCE_BEGIN, FENCE_END, JUDGE_SYSTEM_PROMPT, GateProxyJudge, InvalidVerdict, JudgeSettings, OpenAIJudge,
-                               ScriptedChatServer, TransformersJudge, find_injection, gullible_judge_script, judge_messages, make_judge,
-                               parse_verdict)
-from shopdistill.normalise import check_accounts, normalise_traces, read_shard
-from shopdistill.trajectory import read_openai_row, read_sn15_envelope
+from shopdistill.arena.envelope import make_envelope, make_step
+from shopdistill.corpus.judge import FENCE_BEGIN, FENCE_END, JUDGE_SYSTEM_PROMPT, GateProxyJudge, InvalidVerdict, JudgeSettings, OpenAIJudge, ScriptedChatServer, TransformersJudge, find_injection, gullible_judge_script, judge_messages, make_judge, parse_verdict
+from shopdistill.corpus.normalise import check_accounts, normalise_traces, read_shard
+from shopdistill.corpus.readers import read_openai_row, read_sn15_envelope
 
 HITS = json.dumps([{"product_id": "1000039150", "shop_id": "119528", "title": "Streetwear Printed Shirt Black", "price": 243.98},
                    {"product_id": "1000024246", "shop_id": "100023", "title": "Teksol Cotton Shirt", "price": 599.0}])
@@ -279,7 +277,7 @@ def test_make_judge():
 
 
 def test_importing_the_pipeline_does_not_import_torch():
-    code = "import sys, shopdistill.judge, shopdistill.normalise, shopdistill.trajectory; print('torch' in sys.modules)"
+    code = "import sys, shopdistill.corpus.judge, shopdistill.corpus.normalise, shopdistill.corpus.trajectory; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "False"
 

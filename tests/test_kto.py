@@ -6,10 +6,12 @@ import pytest
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
-from shopdistill.config import load_config
-from shopdistill.kto import AssistantMaskCollator, KtoSettings, kto_config, kto_row, kto_stage, kto_weights
-from shopdistill.models import TinySettings, TrainSettings, load_policy, tool_schemas_for_training
-from shopdistill.trajectory import assistant_message, make_tool_call
+from shopdistill.reproduce.settings import load_config
+from shopdistill.training.kto import AssistantMaskCollator, KtoSettings, kto_config, kto_row, kto_stage, kto_weights
+from shopdistill.training.settings import TinySettings, TrainSettings
+from shopdistill.training.policy import load_policy
+from shopdistill.training.rendering import tool_schemas_for_training
+from shopdistill.corpus.trajectory import assistant_message, make_tool_call
 
 TINY = TrainSettings(tiny=TinySettings(bpe_vocab=400, hidden=32, layers=2, heads=2, kv_heads=1, intermediate=64, seed=0), max_tool_chars=200)
 
@@ -30,7 +32,7 @@ def episode(i: int, success: bool, end_with_tool: bool = False) -> dict:
 
 @pytest.mark.parametrize("profile", ["smoke", "full"])
 def test_config_explicit_beta(profile, tmp_path):
-    s = load_config(profile).section("kto", KtoSettings)
+    s = load_config(profile).kto
     c = kto_config(s, tmp_path, desirable_weight=1.0, undesirable_weight=0.5, cpu=True)
     assert s.beta == 0.02 and c.beta == 0.02 and c.loss_type == "kto"
     assert (c.desirable_weight, c.undesirable_weight) == (1.0, 0.5)
@@ -97,9 +99,9 @@ def test_two_steps_finite_loss(tiny, tmp_path):
 
 
 def test_full_profile_trainer_builds_on_a_tiny_stand_in(tmp_path):
-    from shopdistill.kto import kto_trainer
+    from shopdistill.training.kto import kto_trainer
     model, tok = load_policy("tiny", TINY)
-    s = load_config("full").section("kto", KtoSettings)
+    s = load_config("full").kto
     tr = kto_trainer(model, tok, [episode(0, True)], [episode(1, False), episode(2, False)], s, tmp_path, cpu=True)
     info = tr.kto_info
     assert tr.args.beta == 0.02 and tr.ref_model is None and hasattr(tr.model, "peft_config")  # LoRA: the reference is the adapter-free model
@@ -108,8 +110,8 @@ def test_full_profile_trainer_builds_on_a_tiny_stand_in(tmp_path):
 
 def test_corpus_desirable_top_up():
     import datasets
-    from shopdistill.kto import corpus_desirable
-    from shopdistill.trajectory import to_arrow_row
+    from shopdistill.training.kto import corpus_desirable
+    from shopdistill.corpus.trajectory import to_arrow_row
     rows = [{**to_arrow_row({**episode(i, True), "query": "q", "category": "product" if i % 2 else "shop", "meta": {}}), "success": i % 3 != 0}
             for i in range(12)]
     ds = datasets.Dataset.from_list(rows)

@@ -7,14 +7,16 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
-from shopdistill.arena import ArenaSettings
-from shopdistill.catalog import Catalog, generate_catalog
-from shopdistill.config import load_config
-from shopdistill.leak_clusters import (POOLS, VARIANT_KINDS, assign_pools, build_bank, constraint_key, gold_ids, golds_of,
-                                       leak_clusters, normalise_text, pairwise_scores, planted_clusters, pool_audit,
-                                       public_suite, race_problems, render_query, strip_gold, swap_synonyms,
-                                       toggle_line_breaks, voucher_text, draw_style)
-from shopdistill.tasks import load_tasks, shoppingbench_test_files, synthesize_tasks, validate_task
+from shopdistill.arena.rules import ArenaSettings
+from shopdistill.sandbox.catalog import Catalog, generate_catalog
+from shopdistill.reproduce.settings import load_config
+from shopdistill.arena.pools import POOLS, assign_pools, pool_audit, public_suite, race_problems
+from shopdistill.arena.paraphrase import VARIANT_KINDS, golds_of, render_query, swap_synonyms, toggle_line_breaks, voucher_text, draw_style
+from shopdistill.arena.bank import build_bank, planted_clusters
+from shopdistill.arena.paraphrase import constraint_key, gold_ids
+from shopdistill.arena.clusters import leak_clusters, normalise_text, pairwise_scores, strip_gold
+from shopdistill.sandbox.tasks import load_tasks, shoppingbench_test_files, validate_task
+from shopdistill.sandbox.task_synthesis import synthesize_tasks
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +91,7 @@ def test_siblings_are_hard_negatives(bank):
 
 def test_every_problem_is_solved_by_its_gold(bank, catalog):
     "The bank is usable by the arena: recommending the gold ids succeeds under production_strict (budget included)."
-    from shopdistill.scoring import score_task
+    from shopdistill.sandbox.scoring import score_task
     for p in bank:
         r = score_task(p, ",".join(g["product_id"] for g in golds_of(p)), catalog, scorer="production_strict")
         assert r["success"], (p["id"], p["extra"], r)
@@ -156,7 +158,7 @@ def test_voucher_wordings_name_the_same_numbers():
 def test_synonyms_never_touch_constraint_values():
     golds = [{"product_id": "1", "title": ["x"], "attributes": [{"headphone_type": ["over-ear"]}, {"brand": ["under armour"]}]}]
     text = "Looking for over-ear headphones from under armour, priced under 500 pesos, free shipping please."
-    from shopdistill.leak_clusters import protected_spans
+    from shopdistill.arena.paraphrase import protected_spans
     for seed in range(30):
         out = swap_synonyms(text, np.random.default_rng(seed), protected_spans(text, golds), p=1.0)
         assert "over-ear" in out and "under armour" in out and out != text
@@ -301,7 +303,7 @@ def test_public_suites_and_race_draws(bank, labels):
 # ---- the 2,000-problem benchmark of the smoke profile (the notebook's, run here too) ----
 
 def test_smoke_benchmark_f1():
-    a = load_config("smoke").section("arena", ArenaSettings)
+    a = load_config("smoke").arena
     cat = Catalog.from_records(generate_catalog(a.bank.catalog_products, seed=a.bank.seed))
     tasks = synthesize_tasks(cat, a.bank.tasks, seed=a.bank.seed)
     bank = build_bank(tasks, cat, seed=a.bank.seed, sibling_fraction=a.bank.sibling_fraction, extra_variants=a.bank.extra_variants)

@@ -4,9 +4,11 @@ import inspect, json
 import pytest
 import torch
 
-from shopdistill.models import (TinySettings, TrainSettings, build_tiny_tokenizer, fit_messages, id_token_rows, lm_loss, load_policy,
-                                parse_assistant, render_prompt, save_policy, sft_row, tool_schemas_for_training)
-from shopdistill.trajectory import assistant_message, make_tool_call, tool_message
+from shopdistill.training.settings import TinySettings, TrainSettings
+from shopdistill.training.policy import build_tiny_tokenizer, id_token_rows, load_policy, save_policy
+from shopdistill.training.rendering import fit_messages, parse_assistant, render_prompt, sft_row, tool_schemas_for_training
+from shopdistill.training.loss import lm_loss
+from shopdistill.corpus.trajectory import assistant_message, make_tool_call, tool_message
 
 IDS = ["1000000003", "1000000007", "1000000012"]
 SMALL = TrainSettings(tiny=TinySettings(hidden=32, layers=2, heads=2, kv_heads=2, intermediate=64, bpe_vocab=400), max_tool_chars=120)
@@ -37,9 +39,9 @@ def conversation():
 def test_tool_schemas_are_what_grpo_builds(tools):
     "TRL's environment_factory: public functions of the class except reset/get_reward, get_json_schema on bound methods."
     from transformers.utils import get_json_schema
-    from shopdistill.catalog import Catalog, generate_catalog
-    from shopdistill.env import ShoppingEnv, tool_schemas
-    from shopdistill.search import SearchEngine
+    from shopdistill.sandbox.catalog import Catalog, generate_catalog
+    from shopdistill.sandbox.tools import ShoppingEnv, tool_schemas
+    from shopdistill.sandbox.search import SearchEngine
     env = ShoppingEnv(SearchEngine.build(Catalog.from_records(list(generate_catalog(50, seed=0)))))
     methods = [getattr(env, n) for n, _ in inspect.getmembers(type(env), predicate=inspect.isfunction)
                if n not in ("reset", "get_reward") and not n.startswith("_")]
@@ -133,19 +135,19 @@ def test_fixed_id_rows_get_no_gradient_and_lm_loss_matches(policy):
 
 
 def test_hub_id_fails_fast_with_a_clear_error():
-    from shopdistill.models import _hub_reachable
+    from shopdistill.training.policy import _hub_reachable
     if _hub_reachable(): pytest.skip("the hub is reachable here: the offline error path cannot be exercised")
     with pytest.raises(RuntimeError, match="(?s)cannot load model .Qwen/Qwen3-4B.*train.base: smollm2-135m-instruct"):
         load_policy("Qwen/Qwen3-4B")
 
 
 def test_both_profiles_have_a_valid_train_section():
-    from shopdistill.config import load_config
-    smoke = load_config("smoke").section("train", TrainSettings)
-    full = load_config("full").section("train", TrainSettings)
+    from shopdistill.reproduce.settings import load_config
+    smoke = load_config("smoke").train
+    full = load_config("full").train
     assert smoke.base == "tiny" and smoke.standin.enabled and not smoke.sft.lora
     assert full.base == "Qwen/Qwen3-4B" and full.max_length == 14_336 and full.sft.lora and full.sft.lora_r > 0
     assert (full.rejection.k, full.rejection.temperature, full.rejection.top_p) == (8, 0.9, 0.95) and len(full.sft.lr_sweep) > 1
     assert full.max_tool_chars is None and not full.standin.enabled
-    smol = load_config("smollm2").section("train", TrainSettings)
+    smol = load_config("smollm2").train
     assert smol.base == "smollm2-135m-instruct" and not smol.standin.enabled and smol.rollout.backend == "vllm" and "base" in smol.eval.sampled

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from shopdistill.envelope import tool_call_id
-from shopdistill.normalise import (AccountingError, check_accounts, count_records, decode_record, detect_format, iter_records,
-                                   normalise_file, normalise_traces, read_shard)
-from shopdistill.trajectory import (ProblemIndex, Reject, from_arrow_row, read_openai_row, read_sn15_dialogue, read_sn15_envelope,
-                                    read_upstream_rollout, split_think, to_arrow_row, trajectory_problems)
+from shopdistill.arena.envelope import tool_call_id
+from shopdistill.corpus.normalise import AccountingError, check_accounts, count_records, decode_record, detect_format, iter_records, normalise_file, normalise_traces, read_shard
+from shopdistill.corpus.readers import ProblemIndex, read_openai_row, read_sn15_dialogue, read_sn15_envelope, read_upstream_rollout, split_think
+from shopdistill.corpus.trajectory import Reject, from_arrow_row, to_arrow_row, trajectory_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOPPINGBENCH = ROOT.parent / "shared" / "data" / "shoppingbench"
@@ -26,13 +25,13 @@ SHOPPINGBENCH = ROOT.parent / "shared" / "data" / "shoppingbench"
 @pytest.fixture(scope="session")
 def arena():
     "(envelopes with the backend's extract, the problems they ran) from chapter 02's miners on a 2,000-product sandbox."
-    from shopdistill.catalog import Catalog, generate_catalog
-    from shopdistill.miners import MinerAgent
-    from shopdistill.search import SearchEngine
-    from shopdistill.season import initial_spec
-    from shopdistill.tasks import synthesize_tasks
-    from shopdistill.tool_client import InProcessToolClient, ProxyLog, SearchCache, SimClock
-    from shopdistill.validator import Limits, gate_proxy_judge, run_problem
+    from shopdistill.sandbox.catalog import Catalog, generate_catalog
+    from shopdistill.arena.miners import MinerAgent
+    from shopdistill.sandbox.search import SearchEngine
+    from shopdistill.arena.season import initial_spec
+    from shopdistill.sandbox.task_synthesis import synthesize_tasks
+    from shopdistill.arena.tool_client import InProcessToolClient, ProxyLog, SearchCache, SimClock
+    from shopdistill.arena.validator import Limits, gate_proxy_judge, run_problem
     cat = Catalog.from_records(generate_catalog(2000, seed=0))
     cache = SearchCache(SearchEngine.build(cat))
     tasks = synthesize_tasks(cat, {"product": 3, "shop": 2, "voucher": 2}, seed=1)
@@ -423,7 +422,7 @@ def test_real_shoppingbench_tasks_label_upstream_rollouts():
 
 def test_canonical_schema_is_as_documented(canon):
     "The exact keys chapter 04 relies on, for every reader."
-    from shopdistill.trajectory import MESSAGE_KEYS, META_KEYS, TRAJECTORY_KEYS
+    from shopdistill.corpus.trajectory import MESSAGE_KEYS, META_KEYS, TRAJECTORY_KEYS
     assert TRAJECTORY_KEYS == ("trajectory_id", "problem_id", "query", "category", "messages", "tools", "meta")
     assert META_KEYS == ("source", "miner", "agent_version_id", "race_id", "status", "scores", "judge", "steps", "issues", "extra")
     for fmt in FORMAT_KEYS:

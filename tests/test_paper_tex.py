@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from shopdistill.paper_tex import Quoted, booktabs, numbers_in_tex, retrace, untraceable, write_generated
-from shopdistill.results import PUBLISHED, published_values
+from shopdistill.results.tex import Quoted, booktabs, numbers_in_tex, retrace, untraceable, write_generated
+from shopdistill.results.published import PUBLISHED, published_values
 
 ROOT = Path(__file__).resolve().parents[1]
 GEN = ROOT / "paper" / "generated"

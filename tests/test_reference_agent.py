@@ -3,12 +3,12 @@ import json
 
 import pytest
 
-from shopdistill.catalog import Catalog, generate_catalog
-from shopdistill.env import ShoppingEnv, episode_state
-from shopdistill.reference_agent import ReferenceAgent, basket_cost, parse_price, parse_services, parse_voucher, split_items
-from shopdistill.scoring import score_task
-from shopdistill.search import SearchEngine
-from shopdistill.tasks import synthesize_tasks
+from shopdistill.sandbox.catalog import Catalog, generate_catalog
+from shopdistill.sandbox.tools import ShoppingEnv, episode_state
+from shopdistill.sandbox.reference_agent import ReferenceAgent, basket_cost, parse_price, parse_services, parse_voucher, split_items
+from shopdistill.sandbox.scoring import score_task
+from shopdistill.sandbox.search import SearchEngine
+from shopdistill.sandbox.task_synthesis import synthesize_tasks
 
 
 @pytest.fixture(scope="module")

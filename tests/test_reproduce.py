@@ -1,4 +1,4 @@
-"""End-to-end tests of `shopdistill.reproduce` (and the settings and CLI around it).
+"""End-to-end tests of `shopdistill.reproduce.driver` (and the settings and CLI around it).
 
 Each test makes a tiny project in a temporary folder: two numbered chapters, a tooling notebook that must
 never run, a profile file and a pyproject with nbdev's `tst_flags`. papermill runs real `python3` kernels,
@@ -13,9 +13,10 @@ import nbformat
 import pytest
 import yaml
 
-from shopdistill.cli import main
-from shopdistill.config import ConfigError, load_config
-from shopdistill.reproduce import ChapterFailed, ReproduceError, plan, reproduce
+from shopdistill.reproduce.cli import main
+from shopdistill.core.settings import ConfigError
+from shopdistill.reproduce.settings import load_config
+from shopdistill.reproduce.driver import ChapterFailed, ReproduceError, plan, reproduce
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
@@ -39,10 +40,10 @@ def second_cells(body="x = 1"):
         nbformat.v4.new_markdown_cell("# Second chapter"),
         params,
         nbformat.v4.new_code_cell(
-            "from shopdistill.config import load_config, run_dir\n"
+            "from shopdistill.reproduce.settings import load_config\n"
             "cfg = load_config(profile)\n"
-            "(run_dir(profile) / 'second.txt').write_text(f'{profile} {cfg.seed} {cfg.catalog.n_products}')\n"
-            "with open(run_dir(profile).parent / 'order.log', 'a') as f: f.write('01\\n')"),
+            "(cfg.run.make().path / 'second.txt').write_text(f'{profile} {cfg.seed} {cfg.catalog.n_products}')\n"
+            "with open(cfg.run.path.parent / 'order.log', 'a') as f: f.write('01\\n')"),
         nbformat.v4.new_code_cell(body),
     ]
 
@@ -140,9 +141,9 @@ def test_unchanged_second_run_executes_nothing(project):
 
 def test_each_kernel_gets_its_chapters_key_and_a_keyed_folder_follows_it(project):
     "The key in the manifest reaches the chapter (`$SHOPDISTILL_CHAPTER_KEY`): a stage folder keyed on it survives an unchanged rerun only."
-    body = ("import os\nfrom shopdistill.config import keyed_dir, run_dir\n"
-            "d = keyed_dir(run_dir(profile) / 'stage')\n"
-            "(run_dir(profile) / 'key.txt').write_text(os.environ['SHOPDISTILL_CHAPTER_KEY'])\n"
+    body = ("import os\nfrom shopdistill.core.run import Run, keyed_dir\n"
+            "d = keyed_dir(Run.of(profile).path / 'stage')\n"
+            "(Run.of(profile).path / 'key.txt').write_text(os.environ['SHOPDISTILL_CHAPTER_KEY'])\n"
             "(d / 'work').write_text('done') if not (d / 'work').exists() else None\n"
             "(d / 'runs').open('a').write('x')")
     write_nb(project / "nbs" / "01_second.ipynb", second_cells(body))

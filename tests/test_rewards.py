@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from shopdistill.rewards import REWARD_RANGE, jaccard, parse_turn, per_step_reward, step_reward, step_reward_parts
+from shopdistill.training.rewards import REWARD_RANGE, jaccard, parse_turn, per_step_reward, step_reward, step_reward_parts
 
 
 def reward_of(fmt: int, s: F, smax: F) -> float:

@@ -4,18 +4,19 @@ import json
 import pytest
 import torch
 
-from shopdistill.models import TinySettings, TrainSettings, load_policy
-from shopdistill.rollout import episode_seed, generate_transformers, run_episodes
-from shopdistill.trajectory import trajectory_problems
+from shopdistill.training.settings import TinySettings, TrainSettings
+from shopdistill.training.policy import load_policy
+from shopdistill.training.rollout import episode_seed, generate_transformers, run_episodes
+from shopdistill.corpus.trajectory import trajectory_problems
 
 KEYS = ("trajectory_id", "problem_id", "query", "category", "messages", "tools", "meta")
 
 
 @pytest.fixture(scope="module")
 def world():
-    from shopdistill.catalog import Catalog, generate_catalog
-    from shopdistill.search import SearchEngine
-    from shopdistill.tasks import synthesize_tasks
+    from shopdistill.sandbox.catalog import Catalog, generate_catalog
+    from shopdistill.sandbox.search import SearchEngine
+    from shopdistill.sandbox.task_synthesis import synthesize_tasks
     catalog = Catalog.from_records(list(generate_catalog(300, seed=0)))
     engine = SearchEngine.build(catalog)
     problems = synthesize_tasks(catalog, {"product": 2}, seed=0)
@@ -49,7 +50,7 @@ def test_run_episodes_returns_well_formed_scored_trajectories(world):
 
 def _rescored(problem, messages, catalog) -> bool:
     "Success recomputed from the messages: the last recommend_product call whose tool result says it was recorded, scored afresh."
-    from shopdistill.scoring import score_task
+    from shopdistill.sandbox.scoring import score_task
     results = {m["tool_call_id"]: m["content"] for m in messages if m["role"] == "tool"}
     rec = None
     for m in messages:
@@ -62,7 +63,7 @@ def _rescored(problem, messages, catalog) -> bool:
 
 def _scripted_episode(tok, engine, problem, rec_id):
     "One episode of a scripted policy (a backend in BACKENDS): search, recommend `rec_id` (skipped when None), terminate."
-    from shopdistill.rollout import BACKENDS
+    from shopdistill.training.rollout import BACKENDS
     call = lambda name, args: f'<think>\nstep\n</think>\n\n<tool_call>\n{json.dumps({"name": name, "arguments": args})}\n</tool_call><|im_end|>'
     turns = [call("find_product", {"q": problem["query"]})] + ([call("recommend_product", {"product_ids": rec_id})] if rec_id else [])
     turns.append(call("terminate", {"status": "success"}))
@@ -97,7 +98,7 @@ def test_generation_matches_the_model_greedy_argmax(world):
 def test_a_scripted_model_solves_a_problem(world):
     "Feed the engine a policy that always recommends the first hit: the episode is scored like the sandbox scores it."
     import json
-    from shopdistill.rollout import BACKENDS
+    from shopdistill.training.rollout import BACKENDS
     _, tok, engine, problems = world
     p = problems[0]
     first = engine.find_product(p["query"])[0]["product_id"] if engine.find_product(p["query"]) else "0"
@@ -119,7 +120,7 @@ def test_a_scripted_model_solves_a_problem(world):
 def test_sampling_follows_the_distribution_and_each_rows_own_stream():
     "Inverse-CDF sampling with a generator per row: frequencies match softmax(logits / T) (chi-square), top-p drops the tail, rows are independent."
     from scipy.stats import chisquare
-    from shopdistill.rollout import _sample_rows
+    from shopdistill.training.rollout import _sample_rows
     logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -30.0])
     n = 20_000
     gens = [torch.Generator().manual_seed(s) for s in range(n)]
@@ -141,7 +142,7 @@ def test_kv_store_continues_a_conversation_like_a_fresh_prefill(world):
     """Three turns whose prompts extend the last prompt and completion, one of them re-rendered differently (the cached ids
     and the new prompt part ways before the end): with the KV cache kept between turns the completions, sampled with seeds,
     equal those of prefilling every prompt from scratch, and the store holds exactly the rows' caches."""
-    from shopdistill.rollout import KVStore
+    from shopdistill.training.rollout import KVStore
     model, tok, _, _ = world
     enc = lambda t: tok(t, add_special_tokens=False)["input_ids"]
     prompts = [enc("find a red shirt"), enc("two blue mugs and a lamp please"), enc("shoes")]
@@ -161,7 +162,7 @@ def test_kv_store_continues_a_conversation_like_a_fresh_prefill(world):
 def test_vllm_kv_cache_is_sized_for_every_sequence_at_full_length(tmp_path):
     "SmolLM2-135M's shape: 30 layers, 3 KV heads of 64: 46,080 bytes per token in fp32, half that in bf16; capped by free memory."
     import json, os
-    from shopdistill.rollout import kv_cache_bytes
+    from shopdistill.training.rollout import kv_cache_bytes
     (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "hidden_size": 576}))
     assert kv_cache_bytes(str(tmp_path), "float32", 1, 1) == 2 * 30 * 3 * 64 * 4
     assert kv_cache_bytes(str(tmp_path), "bfloat16", 2, 10) == 2 * 30 * 3 * 64 * 2 * 20

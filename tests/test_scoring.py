@@ -1,17 +1,15 @@
-"""Tests for shopdistill.scoring: the per-product rule, the task rules, both scorers, reports, trajectories."""
+"""Tests for shopdistill.sandbox.scoring: the per-product rule, the task rules, both scorers, reports, trajectories."""
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from shopdistill.catalog import generate_catalog, write_catalog
-from shopdistill.scoring import (
-    SCORERS, CharNgramSimilarity, NoScoreableConstraint, SentenceTransformerSimilarity, TitleSimilarity,
-    default_similarity, extract_recommendation, gold_stand_in, format_reward, format_score, implied_total, length_reward,
-    parse_recommendation, price_after_voucher, price_hit, rule_score, score_report, score_suite, score_task,
-    similarity_calibration)
-from shopdistill.tasks import load_tasks, save_tasks, synthesize_tasks
+from shopdistill.sandbox.catalog import generate_catalog, write_catalog
+from shopdistill.sandbox.scoring import SCORERS, NoScoreableConstraint, extract_recommendation, gold_stand_in, format_reward, format_score, implied_total, length_reward, parse_recommendation, price_after_voucher, price_hit, rule_score, score_report, score_suite, score_task
+from shopdistill.sandbox.similarity import CharNgramSimilarity, SentenceTransformerSimilarity, TitleSimilarity, default_similarity, similarity_calibration
+from shopdistill.sandbox.tasks import load_tasks, save_tasks
+from shopdistill.sandbox.task_synthesis import synthesize_tasks
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data" / "shoppingbench"

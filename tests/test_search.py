@@ -1,13 +1,13 @@
-"""Tests of shopdistill.search: Lucene-exact BM25 and ShoppingBench's find_product semantics."""
+"""Tests of shopdistill.sandbox.search: Lucene-exact BM25 and ShoppingBench's find_product semantics."""
 import math
 import random
 
 import numpy as np
 import pytest
 
-from shopdistill.catalog import Catalog, generate_catalog
-from shopdistill.search import (Analyzer, SearchEngine, int_to_byte4, byte4_to_int, parse_page, parse_price,
-                                parse_service, porter_stem, tokenize)
+from shopdistill.sandbox.catalog import Catalog, generate_catalog
+from shopdistill.sandbox.analyzer import Analyzer, porter_stem, tokenize
+from shopdistill.sandbox.search import SearchEngine, int_to_byte4, byte4_to_int, parse_page, parse_price, parse_service
 
 F = np.float32
 

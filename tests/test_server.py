@@ -4,9 +4,9 @@ import json, subprocess, sys, time
 import pytest
 import requests
 
-from shopdistill.catalog import Catalog, generate_catalog, write_catalog
-from shopdistill.search import SearchEngine
-from shopdistill.server import ROUTES, start_server
+from shopdistill.sandbox.catalog import Catalog, generate_catalog, write_catalog
+from shopdistill.sandbox.search import SearchEngine
+from shopdistill.sandbox.server import ROUTES, start_server
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def test_serve_command(tmp_path):
     import socket
     with socket.socket() as sk:
         sk.bind(("127.0.0.1", 0)); port = sk.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "shopdistill.cli", "serve", "--catalog", str(path), "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "shopdistill.reproduce.cli", "serve", "--catalog", str(path), "--port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.time() + 60

@@ -10,8 +10,7 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from shopdistill.splits import (ngram_overlap, ngrams, paraphrase, problem_clusters, problem_key, problems_present, split_audit,
-                                split_clusters)
+from shopdistill.corpus.splits import ngram_overlap, ngrams, paraphrase, problem_clusters, problem_key, problems_present, split_audit, split_clusters
 
 
 # ---- the split ---------------------------------------------------------------------------------------------------------
@@ -103,9 +102,9 @@ def _envelope_of(source_file, line):
 
 
 def test_planted_leak_is_caught(arena):
-    from shopdistill.corpus import build_corpus
-    from shopdistill.splits import load_bank
-    clean = build_corpus(arena / "arena" / "firehose", arena / "clean", profile=arena / "tiny.yaml", workers=2, progress=False)
+    from shopdistill.corpus.build import build_corpus
+    from shopdistill.corpus.splits import load_bank
+    clean = build_corpus(arena / "arena" / "firehose", arena / "clean", cfg=load_config(arena / "tiny.yaml"), workers=2, progress=False)
     assert clean["audit"] == [] and clean["splits"].get("eval", 0) > 0
     ev = pd.read_parquet(arena / "clean" / "parquet" / "eval.parquet", columns=["problem_id", "source_file", "source_line", "trajectory_id"])
     target = ev.iloc[0]
@@ -121,7 +120,7 @@ def test_planted_leak_is_caught(arena):
     shutil.copytree(arena / "arena" / "firehose", raw)
     shutil.copy(arena / "arena" / "bank.jsonl", raw / "bank.jsonl")
     with gzip.open(raw / "planted.jsonl.gz", "wt", encoding="utf-8") as f: f.write(json.dumps(plant) + "\n")
-    s = build_corpus(raw, arena / "leaky", profile=arena / "tiny.yaml", workers=2, progress=False)
+    s = build_corpus(raw, arena / "leaky", cfg=load_config(arena / "tiny.yaml"), workers=2, progress=False)
     problems = pd.read_parquet(arena / "leaky" / "problems.parquet").set_index("problem")
     assert pd.isna(problems.at["outside-0001", "category"]) and not problems.at["outside-0001", "gold"]
     # caught: the paraphrase joins its original's cluster by text alone, so it can only go where the original goes

@@ -4,10 +4,15 @@ from dataclasses import replace
 
 import pytest
 
-from shopdistill.models import SftSettings, TinySettings, TrainSettings, load_policy
-from shopdistill.stages import (corpus_clusters, corpus_loss, heldout_problems, last_checkpoint, reserved_products, sft, stage_table,
-                                standin_documents, teacher_trajectory)
-from shopdistill.models import sft_row, tool_schemas_for_training
+from shopdistill.training.settings import SftSettings, TinySettings, TrainSettings
+from shopdistill.training.policy import load_policy
+from shopdistill.training.evaluation import corpus_clusters, heldout_problems
+from shopdistill.training.sft import corpus_loss, sft
+from shopdistill.training.trainer import last_checkpoint
+from shopdistill.training.standin import reserved_products, standin_documents
+from shopdistill.training.stages import stage_table
+from shopdistill.training.teacher import teacher_trajectory
+from shopdistill.training.rendering import sft_row, tool_schemas_for_training
 
 SMALL = TrainSettings(tiny=TinySettings(hidden=32, layers=2, heads=2, kv_heads=2, intermediate=64, bpe_vocab=400), max_tool_chars=150,
                       max_length=4096, sft=SftSettings(lr=3e-3, lr_sweep=[3e-3], batch_size=2, grad_accum=1, lora=False, bf16=False,
@@ -16,9 +21,9 @@ SMALL = TrainSettings(tiny=TinySettings(hidden=32, layers=2, heads=2, kv_heads=2
 
 @pytest.fixture(scope="module")
 def world():
-    from shopdistill.catalog import Catalog, generate_catalog
-    from shopdistill.search import SearchEngine
-    from shopdistill.tasks import synthesize_tasks
+    from shopdistill.sandbox.catalog import Catalog, generate_catalog
+    from shopdistill.sandbox.search import SearchEngine
+    from shopdistill.sandbox.task_synthesis import synthesize_tasks
     catalog = Catalog.from_records(list(generate_catalog(300, seed=0)))
     engine = SearchEngine.build(catalog)
     problems = synthesize_tasks(catalog, {"product": 6}, seed=0)
@@ -34,7 +39,8 @@ def rows(world):
 
 
 def test_teacher_trajectories_are_canonical(world):
-    from shopdistill.trajectory import new_meta, trajectory_problems
+    from shopdistill.corpus.readers import new_meta
+    from shopdistill.corpus.trajectory import trajectory_problems
     catalog, engine, problems = world
     tr = teacher_trajectory(problems[0], engine)
     roles = [m["role"] for m in tr["messages"]]
@@ -117,7 +123,8 @@ def test_heldout_problems_are_a_total_split_evenly_over_categories():
 
 def test_an_untrained_stage_reuses_the_previous_evaluation(tmp_path):
     import gzip
-    from shopdistill.stages import read_episodes, reuse_evaluation, write_json
+    from shopdistill.training.evaluation import read_episodes, reuse_evaluation
+    from shopdistill.core.files import write_json
     src = tmp_path / "stage1_sft"
     src.mkdir()
     eps = [{"problem_id": "p1", "sample": 0, "success": False}]
@@ -137,7 +144,7 @@ def test_stage_table_orders_stages_found_on_disk(tmp_path):
 
 
 def test_drill_rows_mix_in_at_the_asked_share(rows):
-    from shopdistill.stages import drill_rows, mix_rows
+    from shopdistill.training.sft import drill_rows, mix_rows
     from trl.chat_template_utils import get_training_chat_template
     tok, data = rows
     drills = drill_rows([("ids: 1000000003\nthe same ids: ", "1000000003")] * 10)

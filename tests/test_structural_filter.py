@@ -9,12 +9,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from shopdistill.structural_filter import (FilterSettings, STAGES, TokenCounter, apply_stages, argument_problems, assistant_shingles,
-                                          axis_signals, classify_axis, ends_without_action, exact_key, format_problems, funnel,
-                                          load_counter, minhash_signature, near_duplicates, pairing_problems, qwen3_template_text,
-                                          reasoning_gate, recommend_calls, recommend_problems, render_chat, structural_score,
-                                          structure_signals, templated_shares, thinking_templates, toy_trajectory, train_bpe,
-                                          trajectory_features, unanimous_groups)
+from shopdistill.corpus.checks import FilterSettings, argument_problems, ends_without_action, format_problems, pairing_problems, reasoning_gate, recommend_calls, recommend_problems, toy_trajectory, unanimous_groups
+from shopdistill.corpus.filter import STAGES, apply_stages, funnel, trajectory_features
+from shopdistill.corpus.tokens import TokenCounter, load_counter, train_bpe
+from shopdistill.corpus.dedup import assistant_shingles, exact_key, minhash_signature, near_duplicates
+from shopdistill.corpus.axes import axis_signals, classify_axis, templated_shares, thinking_templates
+from shopdistill.corpus.chat import qwen3_template_text, render_chat
+from shopdistill.corpus.ranking import structural_score, structure_signals
 
 S = FilterSettings(tokenizer="chars/4")
 HITS = json.dumps([{"product_id": "1000000001", "title": "Black cotton shirt", "price": 250}, {"product_id": "1000000002", "title": "Grey shirt", "price": 180}])
@@ -282,7 +283,7 @@ def test_apply_stages_on_toys():
 @pytest.fixture(scope="module")
 def season(tmp_path_factory, tiny_season):
     "The tiny season, normalised and judged by chapter 03."
-    from shopdistill.normalise import normalise_traces
+    from shopdistill.corpus.normalise import normalise_traces
     d = tiny_season
     out = tmp_path_factory.mktemp("axis04")
     normalise_traces(d / "arena" / "firehose", out / "trajectories", judge="proxy", workers=2, progress=False)
@@ -290,7 +291,7 @@ def season(tmp_path_factory, tiny_season):
 
 
 def test_axis_a_precision_and_recall_against_hidden_labels(season):
-    from shopdistill.normalise import read_shard
+    from shopdistill.corpus.normalise import read_shard
     d, out = season
     rows = [trajectory_features(t, S) for p in sorted((out / "trajectories").glob("shard-*.jsonl.gz")) for t in read_shard(p)]
     df = pd.DataFrame(rows)
@@ -306,8 +307,8 @@ def test_axis_a_precision_and_recall_against_hidden_labels(season):
 
 def test_smoke_outputs_axis_a_if_present():
     "The same measurement on the smoke corpus's decisions, when chapter 04 has run here."
-    from shopdistill.config import run_dir
-    dec, lab = run_dir("smoke") / "corpus" / "decisions.parquet", run_dir("smoke") / "arena" / "labels" / "traces.parquet"
+    from shopdistill.core.run import Run
+    dec, lab = Run.of("smoke").corpus().decisions, Run.of("smoke").arena().trace_labels
     if not (dec.exists() and lab.exists()): pytest.skip("no smoke corpus here (run nbs/04_structural_filter.ipynb with profile smoke)")
     df = pd.read_parquet(dec, columns=["trace_id", "axis", "stage"]).merge(pd.read_parquet(lab, columns=["trace_id", "style"]), on="trace_id")
     tp = ((df["axis"] == "A") & (df["style"] == "agentic")).sum()

@@ -1,4 +1,4 @@
-"""Tests for shopdistill.tasks: the schema, the loaders (ShoppingBench JSONL, SN15 suites), the synthesiser."""
+"""Tests for shopdistill.sandbox.task_synthesis: the schema, the loaders (ShoppingBench JSONL, SN15 suites), the synthesiser."""
 import json
 import math
 from pathlib import Path
@@ -6,12 +6,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shopdistill.catalog import generate_catalog
-from shopdistill.ledger import Ledger
-from shopdistill.tasks import (
-    PRICE_MODES, TaskFormatError, _price_constraint, category_from_filename, load_tasks, normalise_task,
-    query_length_stats, sample_gold, save_tasks, synthesize_tasks, task_id, to_upstream, validate_task,
-    voucher_block, voucher_terms)
+from shopdistill.sandbox.catalog import generate_catalog
+from shopdistill.core.ledger import Ledger
+from shopdistill.sandbox.tasks import PRICE_MODES, TaskFormatError, category_from_filename, load_tasks, normalise_task, save_tasks, task_id, to_upstream, validate_task
+from shopdistill.sandbox.task_synthesis import _price_constraint, query_length_stats, sample_gold, synthesize_tasks, voucher_terms
+from shopdistill.arena.paraphrase import voucher_block
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data" / "shoppingbench"

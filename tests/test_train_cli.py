@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shopdistill.train_cli import dry_run
+from shopdistill.training.cli import dry_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,6 +36,6 @@ def test_a_broken_full_profile_is_caught(tmp_path):
 
 
 def test_cli_dry_run_prints_a_summary(capsys):
-    from shopdistill.cli import main
+    from shopdistill.reproduce.cli import main
     assert main(["train", "--profile", "smoke", "--dry-run"]) == 0
     assert "trainers built, nothing trained" in capsys.readouterr().out

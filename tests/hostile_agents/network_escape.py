@@ -25,6 +25,6 @@ def agent_main(problem):
     try:
         u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); u.connect("\0shopdistill-hostile-canary"); r["abstract canary"] = "connected"
     except OSError as e: r["abstract canary"] = type(e).__name__
-    from shopdistill.tool_client import current_client
+    from shopdistill.arena.tool_client import current_client
     r["proxy results"] = len(current_client().find_product("shirt"))
     return [{"think": json.dumps(r), "tool_call": [{"name": "terminate", "parameters": {"status": "failure"}, "result": ""}]}]

@@ -2,7 +2,7 @@
 import json, os, re
 from pathlib import Path
 
-import shopdistill.env
+import shopdistill.sandbox.tools
 
 
 def agent_main(problem):

@@ -2,7 +2,7 @@
 import json, os, sqlite3
 from pathlib import Path
 
-import shopdistill.env
+import shopdistill.sandbox.tools
 
 MODE = "a"
 
@@ -17,7 +17,7 @@ def agent_main(problem):
     _try(r, "append own file", lambda: open(me, MODE).write("# pwned\n"))
     _try(r, "rename own file", lambda: getattr(os, "ren" + "ame")(me, me.with_suffix(".bak")))
     _try(r, "truncate own file", lambda: getattr(os, "trun" + "cate")(me, 0))
-    _try(r, "unlink shopdistill.env", lambda: lib.unlink())
+    _try(r, "unlink shopdistill.sandbox.tools", lambda: lib.unlink())
     _try(r, "mkdir beside", lambda: getattr(os, "mk" + "dir")(me.parent / "loot"))
     _try(r, "sqlite beside", lambda: sqlite3.connect(str(me.parent / "loot.db")).execute("create table t (x)"))
     _try(r, "chmod library", lambda: getattr(os, "ch" + "mod")(lib, 0o777))
