@@ -56,7 +56,7 @@ def main():
     from shopdistill.training.settings import TrainSettings
     from shopdistill.training.policy import load_policy
     from shopdistill.training.rollout import run_episodes, close_vllm
-    from shopdistill.arena.season import load_sandbox
+    from shopdistill.sandbox.profile import load_sandbox
     from shopdistill.training.evaluation import evaluation_problems
     quiet_libraries()
     torch.set_num_threads(os.cpu_count())
@@ -68,7 +68,7 @@ def main():
     bank = [json.loads(l) for l in open(run / "arena" / "bank.jsonl")]
     corpus = datasets.load_from_disk(str(run / "corpus" / "dataset"))
     problems = evaluation_problems(bank, corpus, ts)[: a.episodes]
-    engine = load_sandbox(data)[1]
+    engine = load_sandbox(data.run, data.catalog, data.search, data.tasks)[1]
     model, tok = load_policy(spec, ts)
     folder = model.name_or_path
     skip = set(filter(None, a.skip.split(",")))

@@ -27,7 +27,7 @@ def main() -> int:
     from shopdistill.training.settings import TrainSettings
     from shopdistill.training.policy import load_policy
     from shopdistill.training.rollout import close_vllm
-    from shopdistill.arena.season import load_sandbox
+    from shopdistill.sandbox.profile import load_sandbox
     from shopdistill.training.sft import corpus_rows, per_problem_rows, sft
     from shopdistill.training.evaluation import evaluate_stage, evaluation_problems
 
@@ -47,7 +47,7 @@ def main() -> int:
     out = cfg.run_dir() / "stage1_only"
     bank = [json.loads(line) for line in bank_path.open()]
     corpus = datasets.load_from_disk(str(corpus_path))
-    engine = load_sandbox(data)[1]
+    engine = load_sandbox(data.run, data.catalog, data.search, data.tasks)[1]
     problems = evaluation_problems(bank, corpus, ts)
     assert not {p["id"] for p in problems} & set(corpus["train"]["problem_id"])
     print(f"held-out: {len(problems)} {', '.join(ts.eval.categories)} problems; base {ts.base}; rollouts on {ts.rollout.backend}")

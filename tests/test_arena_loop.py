@@ -148,8 +148,8 @@ def test_a_loop_season_places_the_entrant_every_day(tiny_season, tiny_season_yam
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SHOPDISTILL_RUNS", str(tmp_path_factory.getbasetemp() / "runs"))  # the tiny season's sandbox
         cfg = load_config(tiny_season / "season.yaml")
-        from shopdistill.arena.season import load_sandbox
-        catalog = load_sandbox(cfg)[0]
+        from shopdistill.sandbox.profile import load_sandbox
+        catalog = load_sandbox(cfg.run, cfg.catalog, cfg.search, cfg.tasks)[0]
         model, tok = load_policy("tiny", TINY, ids=catalog.ids[:200])
         out = run_loop(cfg, model, tok, LoopSettings(days=2, max_new_tokens=8), progress=True)
     err = capsys.readouterr().err

@@ -356,14 +356,14 @@ class _Canaries:
 def hostile_project(tmp_path_factory):
     "A project folder as a new user has it: a profile, its runs/ with the gold tasks file, the agent files beside them."
     from shopdistill.reproduce.settings import load_config
-    from shopdistill.arena.season import load_sandbox
+    from shopdistill.sandbox.profile import load_sandbox
     proj = tmp_path_factory.mktemp("project")
     prof = proj / "hostile.yaml"
     prof.write_text("catalog: {n_products: 2000, seed: 0}\ntasks: {n: {product: 2, shop: 2, voucher: 2}, seed: 0}\n")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SHOPDISTILL_RUNS", str(proj / "runs"))
         cfg = load_config(prof)
-        _, _, tasks = load_sandbox(cfg)
+        _, _, tasks = load_sandbox(cfg.run, cfg.catalog, cfg.search, cfg.tasks)
         box = cfg.run_dir() / "sandbox"
         box.mkdir(parents=True, exist_ok=True)
         (box / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))

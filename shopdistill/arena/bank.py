@@ -13,6 +13,7 @@ import re
 import unicodedata
 from typing import Sequence
 from .paraphrase import VARIANT_KINDS, _index, draw_style, golds_of, item_noun, protected_spans, render_query, reword_voucher, sibling_task, swap_synonyms, toggle_line_breaks
+from .paraphrase import gold_ids
 
 # %% ../../nbs/00_arena_mechanics/02_bank.ipynb #06388946
 def problem_id(category: str, query: str, reward, voucher) -> str:

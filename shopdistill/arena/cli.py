@@ -11,7 +11,8 @@ from pathlib import Path
 from .agent_checks import static_check
 from .isolation import IsolationUnavailable
 from .run_agent import run_agent_file
-from .season import load_sandbox, simulate_season
+from ..sandbox.profile import load_sandbox
+from .season import simulate_season
 from ..core.commands import UsageError, command
 from ..sandbox.tasks import load_tasks
 
@@ -61,7 +62,7 @@ def _arena(args) -> int:
         for r in found: print(f"{args.file}: {r}")
         print("accepted" if not found else f"rejected: {len(found)} finding(s)")
         return 0 if not found else 1
-    catalog, engine, tasks = load_sandbox(cfg)
+    catalog, engine, tasks = load_sandbox(cfg.run, cfg.catalog, cfg.search, cfg.tasks)
     problems = _cli_problems(args, cfg, tasks)
     if args.model and not args.model_url: raise UsageError("--model names the model of --model-url; give --model-url too")
     try:

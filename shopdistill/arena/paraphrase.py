@@ -13,6 +13,9 @@ import numpy as np
 import re
 from collections import defaultdict
 from typing import Sequence
+import hashlib
+import json
+import unicodedata
 
 # %% ../../nbs/00_arena_mechanics/01_paraphrase.ipynb #4025fc07
 def voucher_block(v: dict) -> str:

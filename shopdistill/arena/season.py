@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['SEASON_MODULES', 'ArenaTracesSettings', 'stable_seed', 'fake_hotkey', 'AgentVersion', 'initial_spec', 'improve',
-           'copy_of', 'initial_population', 'load_sandbox', 'race_bank', 'set_state', 'run_work', 'Season', 'RowWriter',
+           'copy_of', 'initial_population', 'race_bank', 'set_state', 'run_work', 'Season', 'RowWriter',
            'season_fingerprint', 'simulate_season']
 
 # %% ../../nbs/02_arena_traces/05_season.ipynb #6490c8b1
@@ -29,6 +29,7 @@ from ..sandbox.catalog import Catalog, generate_catalog, load_catalog
 from ..sandbox.search import SearchEngine
 from ..sandbox.task_synthesis import synthesize_tasks
 from ..sandbox.tasks import load_tasks
+from ..sandbox.profile import load_sandbox
 
 # %% ../../nbs/02_arena_traces/05_season.ipynb #4fa37a07
 @dataclass(frozen=True)
@@ -136,21 +137,6 @@ def initial_population(settings: ArenaTracesSettings) -> list[AgentVersion]:
     return out
 
 # %% ../../nbs/02_arena_traces/05_season.ipynb #9c5a860f
-def load_sandbox(cfg) -> tuple:
-    "(catalog, engine, tasks) of a profile: chapter 01's outputs when present, else rebuilt from the same settings."
-    box = cfg.run_dir() / "sandbox"
-    if cfg.catalog.path: catalog = load_catalog(cfg.catalog.path)
-    elif (box / "documents.jsonl.gz").exists(): catalog = load_catalog(box / "documents.jsonl.gz")
-    else: catalog = Catalog.from_records(generate_catalog(cfg.catalog.n_products, seed=cfg.catalog.seed))
-    try: engine = SearchEngine.load(box / "index", catalog, hit_cap=cfg.search.hit_cap)
-    except (FileNotFoundError, ValueError, OSError):
-        engine = SearchEngine.build(catalog, k1=cfg.search.k1, b=cfg.search.b, hit_cap=cfg.search.hit_cap)
-    if cfg.tasks.path: tasks = load_tasks(cfg.tasks.path)
-    elif (box / "tasks.jsonl").exists(): tasks = load_tasks(box / "tasks.jsonl")
-    else: tasks = synthesize_tasks(catalog, cfg.tasks.n, seed=cfg.tasks.seed)
-    return catalog, engine, tasks
-
-
 def race_bank(tasks, catalog, rules, settings: ArenaTracesSettings) -> tuple[list, list, list, list]:
     "(bank, cluster labels, pools, public suites) for the season, from chapter 00's functions."
     bank = build_bank(tasks, catalog, seed=settings.seed, sibling_fraction=settings.sibling_fraction)
@@ -397,7 +383,7 @@ def simulate_season(cfg, out_dir=None, workers: int | None = None, settings: Are
             if progress: print(f"reusing the season in {out} (same settings and code)")
             return old
     out.mkdir(parents=True, exist_ok=True)
-    catalog, engine, tasks = load_sandbox(cfg)
+    catalog, engine, tasks = load_sandbox(cfg.run, cfg.catalog, cfg.search, cfg.tasks)
     bank, labels, pools, suites = race_bank(tasks, catalog, rules, st)
     with open(out / "bank.jsonl", "w", encoding="utf-8") as f:
         for p, c, pool in zip(bank, labels, pools): f.write(json.dumps({**p, "pool": pool, "cluster": int(c)}, ensure_ascii=False) + "\n")

@@ -12,7 +12,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from ..arena.miners import MinerSpec, VARIANTS
 from ..arena.rules import ArenaSettings
-from ..arena.season import AgentVersion, ArenaTracesSettings, Season, _STATE, fake_hotkey, load_sandbox, race_bank, run_work, set_state
+from ..arena.season import AgentVersion, ArenaTracesSettings, Season, _STATE, fake_hotkey, race_bank, run_work, set_state
+from ..sandbox.profile import load_sandbox
 from ..arena.tool_client import current_client, episode_env
 from ..core.progress import progress as progress_bar
 from ..corpus.trajectory import tool_message
@@ -152,7 +153,7 @@ def run_loop(cfg, model, tok, settings: LoopSettings, progress: bool = True) -> 
     st = replace(st, days=settings.days or st.days, workers=1)
     rules = cfg.arena
     ro = cfg.train.rollout
-    catalog, engine, tasks = load_sandbox(cfg)
+    catalog, engine, tasks = load_sandbox(cfg.run, cfg.catalog, cfg.search, cfg.tasks)
     bank, labels, pools, suites = race_bank(tasks, catalog, rules, st)
     set_state(catalog, engine, {p["id"]: p for p in bank}, st)
     miner = CheckpointMiner(model, tok, step_cap=st.step_cap, max_new_tokens=settings.max_new_tokens or ro.max_new_tokens,
