@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['SEASON_MODULES', 'ArenaTracesSettings', 'stable_seed', 'fake_hotkey', 'AgentVersion', 'initial_spec', 'improve',
-           'copy_of', 'initial_population', 'race_bank', 'set_state', 'run_work', 'Season', 'RowWriter',
+           'copy_of', 'initial_population', 'race_bank', 'set_state', 'clear_state', 'run_work', 'Season', 'RowWriter',
            'season_fingerprint', 'simulate_season']
 
 # %% ../../nbs/02_arena_traces/05_season.ipynb #6490c8b1
@@ -151,10 +151,17 @@ def race_bank(tasks, catalog, rules, settings: ArenaTracesSettings) -> tuple[lis
 # %% ../../nbs/02_arena_traces/05_season.ipynb #4e6afa09
 _STATE = {}  # the season's shared read-only state: catalog, cache, problems by id, settings, limits
 
-def set_state(catalog, engine, problems: dict, settings: ArenaTracesSettings):
-    "Install the season's shared state in this process (workers inherit it when forked)."
-    _STATE.update(catalog=catalog, cache=SearchCache(engine), problems=problems, settings=settings,
+def set_state(catalog, engine, problems: dict, settings: ArenaTracesSettings, agents: dict | None = None):
+    """Install the season's shared state in this process (workers inherit it when forked). `agents` maps an agent version id
+    to an agent of its own (chapter 07's distilled checkpoint re-entering a season); every other version is simulated."""
+    _STATE.clear()
+    _STATE.update(catalog=catalog, cache=SearchCache(engine), problems=problems, settings=settings, agents=dict(agents or {}),
                   limits=Limits(settings.problem_timeout_s, settings.suite_timeout_s, settings.step_cap, 2 * settings.step_cap))
+
+
+def clear_state():
+    "Drop the season's shared state (and any agent it holds) from this process."
+    _STATE.clear()
 
 
 def run_work(work: dict) -> tuple[bytes, list[dict]]:
@@ -162,8 +169,7 @@ def run_work(work: dict) -> tuple[bytes, list[dict]]:
     `work` holds phase, race_id, day, suite_version, problem_seed, validator, version (an AgentVersion), start_ms, seed."""
     st, v = _STATE["settings"], work["version"]
     limits, cache, catalog = _STATE["limits"], _STATE["cache"], _STATE["catalog"]
-    # a version may bring its own agent (`_STATE["agents"]`: chapter 07's distilled checkpoint re-entering a season); the rest are simulated
-    agent, clock = _STATE.get("agents", {}).get(v.version_id) or MinerAgent(v.spec, limits.step_cap), SimClock(work["start_ms"])
+    agent, clock = _STATE["agents"].get(v.version_id) or MinerAgent(v.spec, limits.step_cap), SimClock(work["start_ms"])
     suite_deadline = work["start_ms"] + int(limits.suite_s * 1000)
     lines, rows = [], []
     for k, pid in enumerate(work["problem_ids"]):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from ..arena.miners import MinerSpec, VARIANTS
 from ..arena.rules import ArenaSettings
-from ..arena.season import AgentVersion, ArenaTracesSettings, Season, _STATE, fake_hotkey, race_bank, run_work, set_state
+from ..arena.season import AgentVersion, ArenaTracesSettings, Season, clear_state, fake_hotkey, race_bank, run_work, set_state
 from ..sandbox.profile import load_sandbox
 from ..arena.tool_client import current_client, episode_env
 from ..core.progress import progress as progress_bar
@@ -94,10 +94,10 @@ class CheckpointMiner:
             results = []
             for name, args in calls:
                 results.append(call_tool(env, name, args))
-                if env._done: break
+                if env.done: break
             steps.append(client.record_step(think=msg.get("reasoning_content") or "", response=msg.get("content") or "",
                                             tool_calls=[{"name": n, "parameters": a, "result": r} for (n, a), r in zip(calls, results)]))
-            if not calls or env._done: break
+            if not calls or env.done: break
             messages.append({**msg, "tool_calls": [{**c, "id": f"t{turn}c{k}"} for k, c in enumerate(msg["tool_calls"])]})
             messages += [tool_message(f"t{turn}c{k}", n, r) for k, ((n, _), r) in enumerate(zip(calls, results))]
 
@@ -155,13 +155,12 @@ def run_loop(cfg, model, tok, settings: LoopSettings, progress: bool = True) -> 
     ro = cfg.train.rollout
     catalog, engine, tasks = load_sandbox(cfg.run, cfg.catalog, cfg.search, cfg.tasks)
     bank, labels, pools, suites = race_bank(tasks, catalog, rules, st)
-    set_state(catalog, engine, {p["id"]: p for p in bank}, st)
     miner = CheckpointMiner(model, tok, step_cap=st.step_cap, max_new_tokens=settings.max_new_tokens or ro.max_new_tokens,
                             max_prompt_tokens=settings.max_prompt_tokens or ro.max_prompt_tokens, temperature=settings.temperature,
                             top_p=settings.top_p, tokens_per_s=settings.tokens_per_s, seed=settings.seed, backend=ro.backend)
     # its label in the season's tables: an agentic miner (it writes its own tool calls); the spec itself is never run
     season = LoopSeason(st, rules, bank, labels, pools, suites, MinerSpec.make("agentic", sorted(VARIANTS["agentic"])[0]))
-    _STATE["agents"] = {season.entrant.version_id: miner}
+    set_state(catalog, engine, {p["id"]: p for p in bank}, st, agents={season.entrant.version_id: miner})
     writer, days = _CountingWriter(), []
     if progress:  # the season decides how many problems the checkpoint plays (qualifying, then a race if it qualifies): no total
         miner.bar = progress_bar(None, "loop: the checkpoint's problems", unit="problem")
@@ -173,7 +172,7 @@ def run_loop(cfg, model, tok, settings: LoopSettings, progress: bool = True) -> 
                 print(f"loop day {d + 1}/{st.days}: winner {days[-1]['winner']}; the checkpoint scored {me[0]['score']:.3f} "
                       f"({'qualified' if me[0]['qualified'] else 'did not qualify'}), {time.time() - t0:.0f} s", flush=True)
     finally:
-        _STATE.pop("agents", None)
+        clear_state()
         if miner.bar is not None: miner.bar.close()
     races = pd.DataFrame(season.race_rows)
     place = placing(races, season.entrant.version_id)

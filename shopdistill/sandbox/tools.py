@@ -107,7 +107,14 @@ class ShoppingEnv:
         return float(score_task(self._task, self._recommendation, self._engine.catalog, scorer=self._scorer)["success"])
 
     @property
-    def _done(self) -> bool: return self._status is not None or self._steps >= self._step_cap
+    def done(self) -> bool:
+        "Whether the episode is over: terminated, or out of steps."
+        return self._status is not None or self._steps >= self._step_cap
+
+    @property
+    def status(self) -> str | None:
+        "`success` or `failure` once the agent terminated, else None."
+        return self._status
 
     def _tools(self) -> dict:
         return {n: getattr(self, n) for n in self._TOOL_NAMES}
@@ -116,7 +123,7 @@ class ShoppingEnv:
         """Run one tool call as an agent emitted it; always returns an observation, never raises.
 
         `arguments` may be a dict or a JSON string (models emit both)."""
-        if self._done: return "Error: the episode is over."
+        if self.done: return "Error: the episode is over."
         self._steps += 1
         tools = self._tools()
         if isinstance(arguments, str):
@@ -149,7 +156,7 @@ def call_tool(env: ShoppingEnv, name: str, arguments) -> str:
 def episode_state(env: ShoppingEnv) -> dict:
     "Steps taken, the last recommendation, the terminate status, whether the episode is over, and the call log."
     return {"steps": env._steps, "recommendation": env._recommendation, "status": env._status,
-            "done": env._done, "log": list(env._log)}
+            "done": env.done, "log": list(env._log)}
 
 # %% ../../nbs/01_shopping_sandbox/07_tools.ipynb #c0669960
 def tool_schemas(env_cls=None) -> list[dict]:

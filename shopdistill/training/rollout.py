@@ -261,8 +261,8 @@ def _play_turn(ep: dict, msg: dict, raw_text: str, tools_names: set, hit_limit: 
     for c in msg["tool_calls"]:
         out = call_tool(ep["env"], c["function"]["name"], c["function"]["arguments"])
         ep["messages"].append(tool_message(c["id"], c["function"]["name"], out))
-        if ep["env"]._done: break
-    if ep["env"]._done: ep["done"], ep["end"] = True, "terminate" if ep["env"]._status else "step_cap"
+        if ep["env"].done: break
+    if ep["env"].done: ep["done"], ep["end"] = True, "terminate" if ep["env"].status else "step_cap"
 
 
 def _finish_episode(ep: dict, tools: list, catalog) -> dict:
