@@ -121,7 +121,9 @@ def test_manifest_records_versions_seeds_and_timings(project):
     assert re.fullmatch(r"3\.\d+\.\d+", m["python"])
     assert {"shopdistill", "numpy", "torch", "transformers", "trl", "datasets", "papermill", "nbdev"} <= set(m["packages"])
     assert m["packages"]["papermill"] and m["packages"]["nbdev"]
-    assert m["seeds"] == {"seed": 7, "catalog.seed": 3, "tasks.seed": 0, "agent.seed": 0}
+    seeds = m["seeds"]  # every section's seeds: the file's where it sets them, the defaults elsewhere
+    assert {k: seeds[k] for k in ("seed", "catalog.seed", "tasks.seed", "agent.seed")} == {"seed": 7, "catalog.seed": 3, "tasks.seed": 0, "agent.seed": 0}
+    assert {"arena_traces.seed", "train.seed", "grpo.seed", "loop.seed"} <= set(seeds)
     assert m["profile"] == "tiny" and m["config"]["file"] == "configs/tiny.yaml" and m["flags"] == ["reproduce"]  # always on in a reproduction
     for name, entry in m["notebooks"].items():
         assert entry["status"] == "executed" and entry["seconds"] >= 0 and len(entry["key"]) == 64
@@ -175,7 +177,7 @@ def test_changing_a_chapter_reruns_it_and_the_ones_after(project):
     assert statuses(run(project)) == {"00_first": "cached", "01_second": "executed"}
     write_nb(project / "nbs" / "00_first.ipynb", FIRST + [nbformat.v4.new_markdown_cell("A new paragraph.")])
     steps = plan("tiny", nbs_dir=project / "nbs", runs_root=project / "runs", configs_dir=project / "configs")
-    assert [s["why"] for s in steps] == ["its cells changed", "an earlier chapter changed"]
+    assert [s["why"] for s in steps] == ["its cells changed", "an earlier notebook changed"]
     assert statuses(run(project)) == {"00_first": "executed", "01_second": "executed"}
     assert order(project) == ["00", "01", "01", "00", "01"]
 
@@ -243,7 +245,10 @@ def test_config_rejects_unknown_keys_naming_key_and_file(tmp_path):
     with pytest.raises(ConfigError, match=r"'catalog\.n_products' should be int, got 'many'"):
         load_config(p)
     p.write_text("sed: 1\n")
-    with pytest.raises(ConfigError, match="unknown key 'sed'; did you mean 'seed'"):
+    with pytest.raises(ConfigError, match="unknown section 'sed'; did you mean 'seed'"):
+        load_config(p)
+    p.write_text("grpo:\n  num_generation: 8\n")  # a later chapter's section is checked when the file is read
+    with pytest.raises(ConfigError, match=r"unknown key 'grpo\.num_generation'"):
         load_config(p)
 
 
@@ -272,3 +277,30 @@ def test_cli_counts_only_what_this_run_executed(project, capsys, monkeypatch):
     # a second run of one chapter: nothing changed, so nothing ran, though the manifest still records both as executed before
     assert main(["reproduce", "--profile", "tiny", "--only", "01", "--no-html"]) == 0
     assert "done: 0 of 1 executed" in capsys.readouterr().out
+
+
+def test_a_chapter_folder_runs_its_notebooks_in_order_from_their_own_folder(project):
+    "A chapter is a folder of notebooks: each runs in turn, in its folder, into runs/<profile>/<chapter>/<notebook>.ipynb."
+    folder = project / "nbs" / "02_third"
+    folder.mkdir()
+    for name, tag in (("00_module.ipynb", "02a"), ("01_this_profile.ipynb", "02b")):
+        write_nb(folder / name, [nbformat.v4.new_code_cell(
+            "import os, pathlib\n"
+            "assert pathlib.Path.cwd().name == '02_third', pathlib.Path.cwd()  # as nbdev-test runs it\n"
+            f"with open(pathlib.Path(os.environ['SHOPDISTILL_RUNS']) / 'order.log', 'a') as f: f.write('{tag}\\n')")])
+    (folder / "notes.ipynb").write_text("not a notebook of the chapter: no number")
+    m = run(project, html=True)
+    assert order(project) == ["00", "01", "02a", "02b"]
+    assert list(m["notebooks"]) == ["00_first", "01_second", "02_third/00_module", "02_third/01_this_profile"]
+    out = project / "runs" / "tiny"
+    assert (out / "02_third" / "01_this_profile.ipynb").exists() and (out / "html" / "02_third" / "00_module.html").exists()
+    assert m["notebooks"]["02_third/00_module"]["output"] == "02_third/00_module.ipynb"
+    # --only by chapter number runs the chapter's notebooks; editing the first notebook re-runs the one after it
+    nb = nbformat.read(folder / "00_module.ipynb", as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("y = 2"))
+    nbformat.write(nb, folder / "00_module.ipynb")
+    m = run(project, only=["02"])
+    assert {k: v["status"] for k, v in m["notebooks"].items() if k.startswith("02")} == {"02_third/00_module": "executed", "02_third/01_this_profile": "executed"}
+    assert order(project)[-2:] == ["02a", "02b"]
+    assert [s["chapter"] for s in plan("tiny", only=["02_third/01_this_profile"], nbs_dir=project / "nbs", runs_root=project / "runs",
+                                       configs_dir=project / "configs")] == ["02_third/01_this_profile"]

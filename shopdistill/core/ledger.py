@@ -5,21 +5,19 @@
 # %% auto #0
 __all__ = ['InputError', 'Ledger']
 
-# %% ../../nbs/core/03_ledger.ipynb #822dc0de
+# %% ../../nbs/core/03_ledger.ipynb #6f95a507
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# %% ../../nbs/core/03_ledger.ipynb #595f4e9d
+# %% ../../nbs/core/03_ledger.ipynb #85f65c29
 class InputError(ValueError):
-    """A user's input that cannot be used (a missing, empty, undecodable or malformed file; a record missing a field;
-    an empty catalog). Its message names the file, the line where there is one, and what is wrong: the `shopdistill`
-    command prints it as one line on stderr and exits 1, never with a traceback."""
+    "A user's input that cannot be used; the message is `file[:line]: what`."
     def __init__(self, source, what: str, line: int | None = None):
         self.source, self.what, self.line = str(source), what, line
         super().__init__(f"{self.source}{f':{line}' if line is not None else ''}: {what}")
 
-
+# %% ../../nbs/core/03_ledger.ipynb #56b9f823
 @dataclass
 class Ledger:
     "Where rejected input records go: one entry per record, with where it was and why."

@@ -5,24 +5,24 @@
 # %% auto #0
 __all__ = ['PROGRESS_ENV', 'quiet_libraries', 'progress']
 
-# %% ../../nbs/core/02_progress.ipynb #d0365269
-import os
+# %% ../../nbs/core/02_progress.ipynb #10c04997
+import os, sys, warnings
 
-# %% ../../nbs/core/02_progress.ipynb #703c050b
+# %% ../../nbs/core/02_progress.ipynb #eb2f4d37
 def quiet_libraries():
     "Progress bars of transformers (weights loaded and saved) and datasets (map, filter) off; tqdm's ipywidgets warning silenced."
-    import warnings
     warnings.filterwarnings("ignore", message="IProgress not found")
     os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"
     import datasets, transformers
     datasets.disable_progress_bars()
     transformers.utils.logging.disable_progress_bar()
 
+# %% ../../nbs/core/02_progress.ipynb #278dfe6d
+PROGRESS_ENV = "SHOPDISTILL_PROGRESS"  # a file the reproduction driver shows on its terminal while a notebook runs
 
-PROGRESS_ENV = "SHOPDISTILL_PROGRESS"  # a file the reproduction driver shows on its terminal while a chapter runs
 
 class _Tee:
-    "A text stream that writes to the chapter's stderr and, in a reproduction, to the driver's progress file."
+    "A text stream that writes to the notebook's stderr and, in a reproduction, to the driver's progress file."
     def __init__(self, *streams): self.streams = [s for s in streams if s is not None]
     def write(self, s):
         for f in self.streams: f.write(s); f.flush()
@@ -31,9 +31,8 @@ class _Tee:
 
 
 def progress(total: int, desc: str, unit: str = "it", **kw):
-    """A tqdm bar with rate and estimate for long work (training steps, episodes): in the executed chapter a few lines (one
+    """A tqdm bar with rate and estimate for long work (training steps, episodes): in the executed notebook a few lines (one
     update per 10 s at most), and in a reproduction also on the terminal of `make reproduce` (`$SHOPDISTILL_PROGRESS`)."""
-    import sys
     from tqdm import tqdm
     path = os.environ.get(PROGRESS_ENV)
     side = open(path, "a", encoding="utf-8") if path else None

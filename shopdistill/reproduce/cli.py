@@ -16,7 +16,7 @@ from .settings import load_config
 VERB_MODULES = ("shopdistill.arena.cli", "shopdistill.corpus.cli", "shopdistill.training.cli")  # chapters' modules that register verbs with `command`
 from ..core.ledger import InputError
 from ..core.settings import ConfigError
-from .driver import ReproduceError, reproduce
+from .driver import ReproduceError, notebook_matches, reproduce
 from ..sandbox.scoring import score_report
 from ..sandbox.server import serve
 from ..sandbox.tasks import TaskFormatError
@@ -25,7 +25,7 @@ from ..training.cli import dry_run
 # %% ../../nbs/99_reproduce/02_cli.ipynb #1b492d1f
 def _reproduce_arguments(p):
     p.add_argument("--profile", default="smoke", help="profile name (configs/<name>.yaml) or a YAML path (default: smoke)")
-    p.add_argument("--only", nargs="+", metavar="NN", help="run only these chapters, e.g. --only 01 03")
+    p.add_argument("--only", nargs="+", metavar="NN", help="run only these chapters (or notebooks), e.g. --only 01 03, --only 05_supervised_stack/10_sft")
     p.add_argument("--flags", default="", help='also run cells with these nbdev flags, e.g. --flags "slow gpu"')
     p.add_argument("--force", action="store_true", help="re-run chapters even when unchanged")
     p.add_argument("--no-html", action="store_true", help="do not render executed notebooks to HTML")
@@ -35,7 +35,8 @@ def _reproduce_arguments(p):
 @command("reproduce", "run the chapter notebooks in order into runs/<profile>/, reusing unchanged ones", _reproduce_arguments)
 def _reproduce(args) -> int:
     m = reproduce(args.profile, only=args.only, flags=args.flags, force=args.force, html=not args.no_html, timeout=args.timeout)
-    chosen = [n for n in sorted(m["notebooks"]) if not args.only or n in args.only or n.split("_")[0] in args.only]
+    only = [str(o).zfill(2) if str(o).isdigit() else str(o) for o in args.only or []]
+    chosen = [n for n in sorted(m["notebooks"]) if not only or any(notebook_matches(n, o) for o in only)]
     ran = [n for n in chosen if m["notebooks"][n].get("status") == "executed"]  # this run's, not those kept from an earlier one
     print(f"done: {len(ran)} of {len(chosen)} executed, the rest unchanged; manifest: runs/{m['profile']}/manifest.json")
     return 0

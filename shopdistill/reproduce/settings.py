@@ -6,13 +6,13 @@
 __all__ = ['Settings', 'profile_path', 'load_config']
 
 # %% ../../nbs/99_reproduce/00_settings.ipynb #7cca0c94
-import dataclasses, difflib, os, typing
+import difflib, os, typing
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 
 import yaml
 
-from ..core.settings import ConfigError, _build, _check
+from ..core.settings import ConfigError, _check
 from ..core.run import Run, _is_path, configs_dir, profile_name, repo_root
 from ..arena.rules import ArenaSettings
 from ..sandbox.catalog import CatalogSettings
