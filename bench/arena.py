@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from shopdistill.reproduce.settings import load_config
-from shopdistill.arena.season import ArenaTracesSettings, simulate_season
+from shopdistill.arena.season import simulate_season
 
 
 def main(argv=None):
@@ -28,13 +28,14 @@ def main(argv=None):
     ap.add_argument("--profile", default="smoke")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    base = load_config(args.profile).arena_traces
+    cfg = load_config(args.profile)
     # 32 hotkeys x 3 validators x 30 suite problems a day, plus the race: about 3,500 traces a day, so ~42 days
-    st = replace(base, days=80, miners={"subtask": 14, "agentic": 12, "decoy": 6}, validators=3, eligible_runs=2, workers=args.workers)
+    st = replace(cfg.arena_traces, days=80, miners={"subtask": 14, "agentic": 12, "decoy": 6}, validators=3, eligible_runs=2, workers=args.workers)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="arena-bench-"))
     t0 = time.time()
     try:
-        s = simulate_season(load_config(args.profile), out_dir=out, workers=args.workers, settings=st, stop_at_traces=args.traces, progress=True)
+        s = simulate_season(cfg.run, st, cfg.arena, cfg.catalog, cfg.search, cfg.tasks, cfg.scoring, out_dir=out, workers=args.workers,
+                            stop_at_traces=args.traces, progress=True)
     finally:
         if not args.out: shutil.rmtree(out, ignore_errors=True)
     wall = time.time() - t0

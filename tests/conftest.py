@@ -1,6 +1,8 @@
 "Shared test fixtures."
 import pytest
 
+from shopdistill.reproduce.settings import load_config
+
 TINY_SEASON = """seed: 0
 catalog: {n_products: 3000, seed: 0}
 tasks: {n: {product: 20, shop: 20, voucher: 20}, seed: 0}
@@ -28,7 +30,9 @@ def tiny_season(tmp_path_factory):
         (base / "season.yaml").write_text(TINY_SEASON)
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("SHOPDISTILL_RUNS", str(tmp_path_factory.getbasetemp() / "runs"))  # its sandbox goes there, not into runs/
-            simulate_season(load_config(base / "season.yaml"), out_dir=base / "arena", workers=2, progress=False)
+            cfg = load_config(base / "season.yaml")
+            simulate_season(cfg.run, cfg.arena_traces, cfg.arena, cfg.catalog, cfg.search, cfg.tasks, cfg.scoring, out_dir=base / "arena",
+                            workers=2, progress=False)
     return base
 
 
@@ -70,4 +74,6 @@ def tiny_corpus(tmp_path_factory, arena_copy):
     d = arena_copy("corpus04", CORPUS_YAML)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SHOPDISTILL_RUNS", str(tmp_path_factory.getbasetemp() / "runs"))
-        return d, build_corpus(d / "arena" / "firehose", d / "corpus", cfg=load_config(d / "tiny.yaml"), workers=2, progress=False)
+        cfg = load_config(d / "tiny.yaml")
+        return d, build_corpus(cfg.run, cfg.filter, cfg.corpus, cfg.normalise, cfg.judge, cfg.arena.clusters, cfg.catalog,
+                               d / "arena" / "firehose", d / "corpus", workers=2, progress=False)

@@ -134,13 +134,15 @@ def test_checkpoint_miner_is_deterministic_when_greedy(world):
 
 
 def test_last_checkpoint_stage_follows_the_recipe_order(tmp_path):
+    from shopdistill.core.run import TrainFolder
+    train = TrainFolder(tmp_path)
     with pytest.raises(FileNotFoundError, match="no stage checkpoint"):
-        last_checkpoint_stage(tmp_path)
+        last_checkpoint_stage(train)
     for s in ("base", "stage1_sft", "stage4_kto"):
-        (tmp_path / s / "model").mkdir(parents=True)
-        (tmp_path / s / "model" / "config.json").write_text("{}")
-    (tmp_path / "dr_grpo").mkdir()  # evaluated or screened, but no model: not a checkpoint
-    assert last_checkpoint_stage(tmp_path) == "stage4_kto"
+        train.stage(s).policy.mkdir(parents=True)
+        (train.stage(s).policy / "config.json").write_text("{}")
+    train.stage("dr_grpo").make()  # evaluated or screened, but no model: not a checkpoint
+    assert last_checkpoint_stage(train) == "stage4_kto"
 
 
 def test_a_loop_season_places_the_entrant_every_day(tiny_season, tiny_season_yaml, tmp_path_factory, capsys):
@@ -151,7 +153,8 @@ def test_a_loop_season_places_the_entrant_every_day(tiny_season, tiny_season_yam
         from shopdistill.sandbox.profile import load_sandbox
         catalog = load_sandbox(cfg.run, cfg.catalog, cfg.search, cfg.tasks)[0]
         model, tok = load_policy("tiny", TINY, ids=catalog.ids[:200])
-        out = run_loop(cfg, model, tok, LoopSettings(days=2, max_new_tokens=8), progress=True)
+        out = run_loop(cfg.run, cfg.arena_traces, cfg.arena, cfg.catalog, cfg.search, cfg.tasks, cfg.train.rollout,
+                       LoopSettings(days=2, max_new_tokens=8), model, tok, progress=True)
     err = capsys.readouterr().err
     played = [int(n) for n in re.findall(r"loop: the checkpoint's problems: (\d+)problem", err)]
     assert played and 2 * 2 * 6 <= played[-1] <= out["summary"]["model_calls"]  # the bar counted every problem it played

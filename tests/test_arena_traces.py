@@ -19,6 +19,8 @@ from shopdistill.sandbox.search import SearchEngine
 from shopdistill.sandbox.task_synthesis import synthesize_tasks
 from shopdistill.arena.tool_client import InProcessToolClient, SearchCache, SimClock
 from shopdistill.arena.validator import Limits, attribute_calls, gate_proxy_judge, normalise_steps, run_problem
+from shopdistill.reproduce.settings import load_config
+from shopdistill.core.run import ArenaFolder
 
 @pytest.fixture(scope="module")
 def tiny_profile(tmp_path_factory, tiny_season_yaml):
@@ -30,14 +32,14 @@ def tiny_profile(tmp_path_factory, tiny_season_yaml):
 @pytest.fixture(scope="module")
 def season(tiny_season):
     "The session's tiny season (three days, eight miners, two processes; about 500 traces) and its summary."
-    out = tiny_season / "arena"
-    return out, json.loads((out / "season.json").read_text())
+    out = ArenaFolder(tiny_season / "arena")
+    return out, json.loads(out.season.read_text())
 
 
 def test_every_envelope_validates(season):
     out, summary = season
     n, statuses = 0, set()
-    for env in iter_envelopes(out / "firehose"):
+    for env in iter_envelopes(out.firehose):
         assert envelope_problems(env) == [], (env["problem_id"], envelope_problems(env)[:3])
         statuses.add(env["status"])
         n += 1
@@ -47,12 +49,12 @@ def test_every_envelope_validates(season):
 
 def test_season_has_every_style_and_a_race_log(season):
     out, summary = season
-    labels = pd.read_parquet(out / "labels" / "traces.parquet")
+    labels = pd.read_parquet(out.trace_labels)
     assert set(labels["style"]) == set(STYLES)
-    races = pd.read_parquet(out / "races.parquet")
+    races = pd.read_parquet(out.races)
     assert set(races["phase"]) == {"qualifying", "race"}
     assert races.loc[races["phase"] == "race", "winner"].sum() == summary["settings"]["days"]
-    weights = pd.read_parquet(out / "weights.parquet")
+    weights = pd.read_parquet(out.weights)
     assert (weights.groupby("race_id")["share"].sum().round(6) == 1).all()
     assert (weights.loc[weights["uid"] == 0, "weight"] == 65535).all()  # the burn
 
@@ -69,7 +71,7 @@ def test_tool_call_id_rule():
 
 def test_every_tool_call_in_the_season_follows_the_id_rule(season):
     out, _ = season
-    for env in iter_envelopes(out / "firehose"):
+    for env in iter_envelopes(out.firehose):
         for step in env["dialogue"] or []:
             for c in step["completion"]["message"]["tool_call"]:
                 assert c["tool_call_id"] == tool_call_id(c["name"], c["parameters"])
@@ -80,33 +82,36 @@ def test_same_seed_same_bytes_whatever_the_processes(season, tiny_profile):
     out2, s2 = season
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SHOPDISTILL_RUNS", str(tiny_profile / "runs"))
-        s1 = simulate_season(load_config(tiny_profile / "tiny.yaml"), out_dir=tiny_profile / "out1", workers=1, progress=False)
+        cfg = load_config(tiny_profile / "tiny.yaml")
+        s1 = simulate_season(cfg.run, cfg.arena_traces, cfg.arena, cfg.catalog, cfg.search, cfg.tasks, cfg.scoring,
+                             out_dir=tiny_profile / "out1", workers=1, progress=False)
     assert [s["sha256"] for s in s1["shards"]] == [s["sha256"] for s in s2["shards"]]
-    for a in sorted((tiny_profile / "out1" / "firehose").glob("*.gz")):
-        assert a.read_bytes() == (out2 / "firehose" / a.name).read_bytes()
-    assert pd.read_parquet(tiny_profile / "out1" / "races.parquet").equals(pd.read_parquet(out2 / "races.parquet"))
+    out1 = ArenaFolder(tiny_profile / "out1")
+    for a in sorted(out1.firehose.glob("*.gz")):
+        assert a.read_bytes() == (out2.firehose / a.name).read_bytes()
+    assert pd.read_parquet(out1.races).equals(pd.read_parquet(out2.races))
 
 
 def test_labels_are_separate_from_envelopes(season):
     out, _ = season
-    labels = pd.read_parquet(out / "labels" / "traces.parquet")
+    labels = pd.read_parquet(out.trace_labels)
     ids = []
-    for env in iter_envelopes(out / "firehose"):
+    for env in iter_envelopes(out.firehose):
         ids.append(env["extract"]["trace_id"])
         blob = json.dumps(env["extract"])
         for word in ("agentic", "subtask", "decoy", "narrator", "tool_caller", "first_hit"):
             assert word not in blob
         assert "style" not in env and "variant" not in env
     assert sorted(ids) == sorted(labels["trace_id"]) and len(set(ids)) == len(ids)
-    for f in ("races.parquet", "weights.parquet"):
-        assert "style" not in pd.read_parquet(out / f).columns
+    for f in (out.races, out.weights):
+        assert "style" not in pd.read_parquet(f).columns
 
 
 def test_shards_are_bounded_and_readable(season):
     out, summary = season
     sizes = [s["envelopes"] for s in summary["shards"]]
     assert len(sizes) > 1 and all(n >= summary["settings"]["shard_size"] for n in sizes[:-1])  # closed at the first unit boundary past shard_size
-    with gzip.open(out / "firehose" / summary["shards"][0]["path"], "rt") as f:
+    with gzip.open(out.firehose / summary["shards"][0]["path"], "rt") as f:
         assert sum(1 for _ in f) == sizes[0]
 
 

@@ -12,6 +12,9 @@ from shopdistill.corpus.normalise import read_shard
 from shopdistill.corpus.filter import STAGES
 from shopdistill.corpus.chat import render_chat
 from shopdistill.corpus.trajectory import from_arrow_row
+from shopdistill.corpus.build import build_corpus
+from shopdistill.core.run import ArenaFolder, CorpusFolder
+from shopdistill.reproduce.settings import load_config
 
 
 
@@ -26,23 +29,23 @@ def built(tmp_path_factory, tiny_corpus):
 @pytest.fixture(scope="module")
 def originals(built):
     d, _ = built
-    return {t["trajectory_id"]: t for p in sorted((d / "corpus" / "trajectories").glob("shard-*.jsonl.gz")) for t in read_shard(p)}
+    return {t["trajectory_id"]: t for p in sorted(CorpusFolder(d / "corpus").trajectories.glob("shard-*.jsonl.gz")) for t in read_shard(p)}
 
 
 def test_outputs_exist(built):
     d, s = built
-    out = d / "corpus"
-    for name in ("dataset", "steps", "parquet/train.parquet", "parquet/eval.parquet", "parquet/steps-train.parquet", "README.md",
-                 "decisions.parquet", "problems.parquet", "funnel.json", "audits.json", "summary.json", "tokenizer/tokenizer.json"):
-        assert (out / name).exists(), name
+    out = CorpusFolder(d / "corpus")
+    for path in (out.dataset, out.steps, out.split_file("train"), out.split_file("eval"), out.parquet / "steps-train.parquet", out.card,
+                 out.decisions, out.problems, out.funnel, out.audits, out.summary, out.tokenizer / "tokenizer.json"):
+        assert path.exists(), path
     assert s["splits"]["train"] > 0 and s["splits"]["eval"] > 0 and s["audit"] == []
-    assert not (out / "work").exists()  # intermediate candidates are cleaned up
+    assert not out.work.exists()  # intermediate candidates are cleaned up
 
 
 def test_round_trip_renders_identically_through_the_qwen3_template(built, originals, make_qwen3_tokenizer):
     import datasets
     d, _ = built
-    dd = datasets.load_from_disk(str(d / "corpus" / "dataset"))
+    dd = datasets.load_from_disk(str(CorpusFolder(d / "corpus").dataset))
     first = next(iter(originals.values()))
     tok = make_qwen3_tokenizer([render_chat(first["messages"], first["tools"])], 300)
     n = 0
@@ -65,7 +68,7 @@ def test_round_trip_renders_identically_through_the_qwen3_template(built, origin
 
 def test_metadata_columns(built):
     d, _ = built
-    df = pd.read_parquet(d / "corpus" / "parquet" / "train.parquet")
+    df = pd.read_parquet(CorpusFolder(d / "corpus").split_file("train"))
     for col in ("trajectory_id", "problem_id", "query", "category", "messages", "tools", "meta", "hotkey", "agent_version_id", "race_id",
                 "judge_quality", "success", "score", "axis", "evidence", "cluster", "n_tokens", "split"):
         assert col in df.columns, col
@@ -78,7 +81,7 @@ def test_metadata_columns(built):
 def test_per_step_view(built):
     import datasets
     d, _ = built
-    main, steps = datasets.load_from_disk(str(d / "corpus" / "dataset")), datasets.load_from_disk(str(d / "corpus" / "steps"))
+    main, steps = datasets.load_from_disk(str(CorpusFolder(d / "corpus").dataset)), datasets.load_from_disk(str(CorpusFolder(d / "corpus").steps))
     for split in ("train", "eval"):
         rows = {r["trajectory_id"]: r for r in main[split]}
         assert len(steps[split]) == sum(sum(m["role"] == "assistant" for m in r["messages"]) for r in rows.values())
@@ -91,7 +94,7 @@ def test_per_step_view(built):
 
 def test_funnel_accounts_for_every_trajectory(built):
     d, s = built
-    f, dec = s["funnel"], pd.read_parquet(d / "corpus" / "decisions.parquet")
+    f, dec = s["funnel"], pd.read_parquet(CorpusFolder(d / "corpus").decisions)
     assert list(f)[:2] == ["raw records", "trajectories"] and list(f)[2:-2] == list(STAGES)
     assert f["trajectories"] == len(dec) and f[STAGES[-1]] == (dec["stage"] == "kept").sum() == f["train"] + f["eval"]
     left = f["trajectories"]
@@ -103,7 +106,7 @@ def test_funnel_accounts_for_every_trajectory(built):
 def test_dataset_card(built):
     from huggingface_hub import DatasetCard
     d, s = built
-    card = DatasetCard.load(d / "corpus" / "README.md")
+    card = DatasetCard.load(CorpusFolder(d / "corpus").card)
     data = card.data.to_dict()
     assert {k: data[k] for k in ("license", "language", "size_categories", "task_categories", "pretty_name")} == {
         "license": "apache-2.0", "language": ["en"], "size_categories": ["n<1K"], "task_categories": ["text-generation"],
@@ -111,7 +114,7 @@ def test_dataset_card(built):
     assert [(c["config_name"], [f["path"] for f in c["data_files"]]) for c in data["configs"]] == [
         ("default", ["parquet/train.parquet", "parquet/eval.parquet"]), ("steps", ["parquet/steps-train.parquet", "parquet/steps-eval.parquet"])]
     for c in data["configs"]:  # every file the header names is there
-        assert all((d / "corpus" / f["path"]).is_file() for f in c["data_files"])
+        assert all((CorpusFolder(d / "corpus").path / f["path"]).is_file() for f in c["data_files"])
     body = card.text
     assert f"| train | {s['splits']['train']:,} trajectories |" in body and "| reasoning_gate |" in body and "Tokens were counted with" in body
     assert "@misc{shopdistill," in body and "Distilling a Shopping Agent from ShoppingBench Subnet Traces" in body
@@ -121,7 +124,7 @@ def test_dataset_card_loading_snippet_works(built):
     "The card's loading snippet, run as written on the built folder, gives the saved splits."
     from shopdistill.corpus.card import LOAD_FOLDER
     d, s = built
-    body = (d / "corpus" / "README.md").read_text()
+    body = CorpusFolder(d / "corpus").card.read_text()
     snippet = re.search(r"```python\n(.*?)```", body, re.S).group(1)
     assert f'"{LOAD_FOLDER}"' in snippet
     env = {}
@@ -133,28 +136,34 @@ def test_dataset_card_loading_snippet_works(built):
 def test_no_build_machine_paths(built):
     "The released files name their sources relative to the traces' folder, so the data set is the same on any machine."
     d, _ = built
-    out = d / "corpus"
-    df = pd.read_parquet(out / "parquet" / "train.parquet")
-    assert set(df["source_file"]) <= {p.name for p in (d / "arena" / "firehose").glob("*.jsonl.gz")}
+    out = CorpusFolder(d / "corpus")
+    df = pd.read_parquet(out.split_file("train"))
+    assert set(df["source_file"]) <= {p.name for p in ArenaFolder(d / "arena").firehose.glob("*.jsonl.gz")}
     assert {json.loads(m)["source"]["file"] for m in df["meta"]} == set(df["source_file"])
     base = str(d.parent)
-    for p in [*out.glob("parquet/*.parquet"), out / "README.md", out / "problems.parquet", out / "decisions.parquet", out / "funnel.json", out / "audits.json"]:
+    for p in [*out.parquet.glob("*.parquet"), out.card, out.problems, out.decisions, out.funnel, out.audits]:
         assert base.encode() not in p.read_bytes(), p
 
 
+
+def _build(profile, traces, out, **kw) -> dict:
+    "Chapter 04's corpus of `traces` in `out`, with the sections of the profile file `profile`."
+    cfg = load_config(profile)
+    return build_corpus(cfg.run, cfg.filter, cfg.corpus, cfg.normalise, cfg.judge, cfg.arena.clusters, cfg.catalog, traces, out, **kw)
+
+
 def test_reuse_and_determinism(built, tmp_path):
-    from shopdistill.corpus.build import build_corpus
     d, s = built
-    again = build_corpus(d / "arena" / "firehose", d / "corpus", cfg=load_config(d / "tiny.yaml"), workers=2, progress=False)
+    again = _build(d / "tiny.yaml", ArenaFolder(d / "arena").firehose, d / "corpus", workers=2, progress=False)
     assert again.get("reused") and again["funnel"] == s["funnel"]
-    other = build_corpus(None, tmp_path / "c2", cfg=load_config(d / "tiny.yaml"), trajectories_dir=d / "corpus" / "trajectories", workers=1, progress=False)
+    other = _build(d / "tiny.yaml", None, tmp_path / "c2", trajectories_dir=CorpusFolder(d / "corpus").trajectories, workers=1, progress=False)
     assert other["funnel"] == s["funnel"]  # one process or two: the same corpus
     for name in ("train", "eval"):
-        a = pd.read_parquet(d / "corpus" / "parquet" / f"{name}.parquet")
-        b = pd.read_parquet(tmp_path / "c2" / "parquet" / f"{name}.parquet")
+        a = pd.read_parquet(CorpusFolder(d / "corpus").split_file(name))
+        b = pd.read_parquet(CorpusFolder(tmp_path / "c2").split_file(name))
         pd.testing.assert_frame_equal(a.drop(columns=["meta"]), b.drop(columns=["meta"]))
     # the first build's scan rode along chapter 03's workers, the second read the stored shards: the same decisions
-    pd.testing.assert_frame_equal(pd.read_parquet(d / "corpus" / "decisions.parquet"), pd.read_parquet(tmp_path / "c2" / "decisions.parquet"))
+    pd.testing.assert_frame_equal(pd.read_parquet(CorpusFolder(d / "corpus").decisions), pd.read_parquet(CorpusFolder(tmp_path / "c2").decisions))
 
 
 def _exact(a, b) -> bool:
@@ -168,15 +177,14 @@ def _exact(a, b) -> bool:
 @pytest.mark.parametrize("workers", [1, 2])
 def test_riding_scan_equals_scan_of_the_shards(built, tmp_path, workers):
     "What the scan sees riding along chapter 03 (trajectories in memory) is exactly what it reads back from the shards."
-    from shopdistill.reproduce.settings import load_config
-    from shopdistill.corpus.build import RidingScan, _scan_init, catalog_ids, scan_shard
+    from shopdistill.corpus.build import RidingScan, _scan_init, catalog_ids, profile_catalog, scan_shard
     from shopdistill.corpus.normalise import normalise_file, normalised_records, normalise_traces
     from shopdistill.corpus.checks import FilterSettings
     d, _ = built
     cfg = load_config(d / "tiny.yaml")
     fs = cfg.filter
-    riding = RidingScan(fs, lambda: catalog_ids(fs.catalog, cfg), tmp_path / "c", tmp_path / "c" / "work")
-    normalise_traces(d / "arena" / "firehose", tmp_path / "t", workers=workers, progress=False, scan=riding)
+    riding = RidingScan(fs, lambda: catalog_ids(fs.catalog, profile_catalog(cfg.run, cfg.catalog)), tmp_path / "c", tmp_path / "c" / "work")
+    normalise_traces(ArenaFolder(d / "arena").firehose, tmp_path / "t", workers=workers, progress=False, scan=riding)
     assert riding.done and len(riding.frames) == len(sorted((tmp_path / "t").glob("shard-*.jsonl.gz")))
     _scan_init(fs, riding.known, fs.tokenizer, riding.tok_dir)
     (tmp_path / "again").mkdir()
@@ -186,7 +194,7 @@ def test_riding_scan_equals_scan_of_the_shards(built, tmp_path, workers):
         assert {t: list(v) for t, v in sigs.items()} == {t: list(v) for t, v in riding.sigs.items() if t in sigs}
         with open(tmp_path / "again" / f"candidates-{shard.name}", "rb") as a, open(tmp_path / "c" / "work" / f"candidates-{shard.name}", "rb") as b:
             assert gzip.decompress(a.read()) == gzip.decompress(b.read())
-    src = sorted((d / "arena" / "firehose").glob("shard-*.jsonl.gz"))[0]
+    src = sorted(ArenaFolder(d / "arena").firehose.glob("shard-*.jsonl.gz"))[0]
     for traj, data, _ in normalised_records(src)[1]:  # the readers write JSON-native values only
         if traj is not None: assert _exact(traj, json.loads(data))
 
@@ -194,10 +202,10 @@ def test_riding_scan_equals_scan_of_the_shards(built, tmp_path, workers):
 def test_cli_corpus_build(built, tmp_path, capsys):
     from shopdistill.reproduce.cli import main
     d, s = built
-    assert main(["corpus", "build", "--traces", str(d / "arena" / "firehose" / "*.jsonl.gz"), "--out", str(tmp_path / "cli"),
+    assert main(["corpus", "build", "--traces", str(ArenaFolder(d / "arena").firehose / "*.jsonl.gz"), "--out", str(tmp_path / "cli"),
                  "--profile", str(d / "tiny.yaml"), "--workers", "1"]) == 0
     out = capsys.readouterr().out
     assert f"{s['funnel']['train']:,} train" in out and "audit: empty" in out
-    assert (tmp_path / "cli" / "dataset").is_dir()
+    assert CorpusFolder(tmp_path / "cli").dataset.is_dir()
     assert main(["corpus", "build", "--traces", str(tmp_path / "nothing-*.jsonl"), "--out", str(tmp_path / "x")]) == 1
     assert "no trace files match" in capsys.readouterr().err

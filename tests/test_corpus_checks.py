@@ -6,6 +6,7 @@ import json
 
 import pandas as pd
 import pytest
+from shopdistill.core.run import ArenaFolder, CorpusFolder
 
 # the chapter's Done-when (precision: what it calls agentic is agentic; recall: it finds the agentic traces); the tiny season reaches 1.0 and 1.0
 MIN_PRECISION, MIN_RECALL = 0.95, 0.90
@@ -16,10 +17,10 @@ SPLIT_COLUMNS = ["trajectory_id", "problem_id", "query", "category", "cluster", 
 def corpus(tiny_corpus):
     "(folder, summary, decisions joined to the hidden labels, the train and eval rows)."
     d, s = tiny_corpus
-    out = d / "corpus"
-    labels = pd.read_parquet(d / "arena" / "labels" / "traces.parquet", columns=["trace_id", "style"])
-    decisions = pd.read_parquet(out / "decisions.parquet").merge(labels, on="trace_id", how="left")
-    rows = pd.concat([pd.read_parquet(out / "parquet" / f"{x}.parquet", columns=SPLIT_COLUMNS) for x in ("train", "eval")], ignore_index=True)
+    out = CorpusFolder(d / "corpus")
+    labels = pd.read_parquet(ArenaFolder(d / "arena").trace_labels, columns=["trace_id", "style"])
+    decisions = pd.read_parquet(out.decisions).merge(labels, on="trace_id", how="left")
+    rows = pd.concat([pd.read_parquet(out.split_file(x), columns=SPLIT_COLUMNS) for x in ("train", "eval")], ignore_index=True)
     return out, s, decisions, rows
 
 
@@ -38,7 +39,7 @@ def test_every_trace_is_labelled(corpus):
 def test_audit_is_empty(corpus):
     out, s, _, rows = corpus
     from shopdistill.corpus.splits import load_bank, split_audit
-    assert s["audit"] == [] and json.loads((out / "audits.json").read_text())["audit"] == []
+    assert s["audit"] == [] and json.loads(out.audits.read_text())["audit"] == []
     # recomputed from the released rows, not taken from the builder's word
     assert split_audit(rows.to_dict("records"), load_bank(s["bank"])) == []
 
@@ -48,7 +49,7 @@ def test_no_leak_cluster_in_both_splits(corpus):
     train, ev = (set(rows.loc[rows["split"] == x, "cluster"]) for x in ("train", "eval"))
     assert train and ev and not train & ev
     # the stored cluster column agrees with chapter 00's clustering rerun on the problems present (with the builder's answer edges)
-    problems = pd.read_parquet(out / "problems.parquet")
+    problems = pd.read_parquet(out.problems)
     of = dict(zip(problems["problem"], problems["cluster"]))
     assert all(of[p] == c for p, c in zip(rows["problem_id"], rows["cluster"]))
     assert set(problems.loc[problems["cluster"].isin(train), "split"]) == {"train"} and set(problems.loc[problems["cluster"].isin(ev), "split"]) == {"eval"}

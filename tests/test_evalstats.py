@@ -4,7 +4,7 @@ import itertools, math
 import numpy as np
 import pytest
 
-from shopdistill.training.evalstats import pass_at_k, paired_bootstrap, stage_row, success_by_problem, wilson
+from shopdistill.training.evalstats import _resampled_means, pass_at_k, paired_bootstrap, stage_row, success_by_problem, wilson
 
 
 def enumerated_pass_at_k(n: int, c: int, k: int) -> float:
@@ -63,6 +63,18 @@ def test_paired_bootstrap_deterministic_and_sensible():
     assert paired_bootstrap(a, b, n_boot=2000, seed=8) != r1  # the seed is used
     same = paired_bootstrap(a, a, n_boot=500)
     assert same["diff"] == same["lo"] == same["hi"] == 0.0
+
+
+def test_paired_bootstrap_resamples_as_scipy():
+    # scipy.stats.bootstrap(paired=True) draws the same resamples from the same seed; only its interval's last bits differ
+    from scipy.stats import bootstrap
+    rng = np.random.default_rng(3)
+    for n, seed in [(2, 0), (17, 5), (75, 123)]:
+        a, b = (rng.random(n) < 0.4).astype(float), (rng.random(n) < 0.6).astype(float)
+        r = bootstrap((a, b), lambda x, y, axis: (y - x).mean(axis=axis), paired=True, method="percentile", n_resamples=500,
+                      rng=np.random.default_rng(seed))
+        assert np.array_equal(r.bootstrap_distribution, _resampled_means(b - a, 500, seed))
+        assert paired_bootstrap(a, b, n_boot=500, seed=seed)["p_not_better"] == float((r.bootstrap_distribution <= 0).mean())
 
 
 def test_paired_bootstrap_mappings_align_by_problem():

@@ -1,4 +1,4 @@
-"""Fuzzing `shopdistill corpus build` end to end, through `shopdistill.cli.main`: inputs of which nothing can be used (empty,
+"""Fuzzing `shopdistill corpus build` end to end, through `shopdistill.reproduce.cli.main`: inputs of which nothing can be used (empty,
 binary, truncated gzip, JSON of the wrong types, a 5 MB line, records missing fields, a folder without trace files) must each end
 in exit 1 and ONE stderr line naming the input and chapter 03's ledger (never a traceback, no work folder left behind); one file
 mixing a tiny season's good records with every kind of bad line (and records broken by test_fuzz_readers' `mutate`) must build,
@@ -14,6 +14,7 @@ import pytest
 from conftest import CORPUS_YAML, TINY_SEASON
 from shopdistill.reproduce.cli import main
 from shopdistill.corpus.normalise import count_records
+from shopdistill.core.run import ArenaFolder, CorpusFolder, TrajectoriesFolder
 from test_fuzz_readers import mutate
 
 SEED = 20261201
@@ -21,7 +22,7 @@ GOOD_LINES = 120  # of the season's first shard: enough that some survive the fi
 
 
 def _season_lines(tiny_season, n: int) -> list[bytes]:
-    with gzip.open(sorted((tiny_season / "arena" / "firehose").glob("shard-*.jsonl.gz"))[0], "rb") as f:
+    with gzip.open(sorted(ArenaFolder(tiny_season / "arena").firehose.glob("shard-*.jsonl.gz"))[0], "rb") as f:
         return [line.rstrip(b"\n") for _, line in zip(range(n), f)]
 
 
@@ -67,9 +68,9 @@ def test_all_bad_input_is_one_error_line(name, good, profile, tmp_path, capsys):
     out = tmp_path / "out"
     rc = main(["corpus", "build", "--traces", str(tmp_path / name), "--out", str(out), "--profile", str(profile), "--workers", "1"])
     assert rc == 1
-    line = _one_error_line(capsys, name, str(out / "trajectories" / "ledger.jsonl"), "0 trajectories kept")
+    line = _one_error_line(capsys, name, str(TrajectoriesFolder(CorpusFolder(out).trajectories).ledger), "0 trajectories kept")
     assert sorted(p.name for p in out.iterdir()) == ["trajectories"]  # no work folder, no half-built corpus
-    ledger = (out / "trajectories" / "ledger.jsonl").read_text().splitlines()
+    ledger = TrajectoriesFolder(CorpusFolder(out).trajectories).ledger.read_text().splitlines()
     assert len(ledger) == count_records(tmp_path / name)  # every record rejected, each with its reason
     assert ("no records" in line) == (not ledger)
 
@@ -102,14 +103,14 @@ def test_mixed_good_and_bad_lines_are_all_accounted_for(good, profile, tiny_seas
     lines = good + bad
     rng.shuffle(lines)
     (tmp_path / "traces").mkdir()
-    shutil.copy(tiny_season / "arena" / "bank.jsonl", tmp_path / "traces" / "bank.jsonl")
+    shutil.copy(ArenaFolder(tiny_season / "arena").bank, ArenaFolder(tmp_path / "traces").bank)  # beside the traces, where chapter 03 finds it
     src = tmp_path / "traces" / "mixed.jsonl"
     src.write_bytes(b"\n".join(lines) + b"\n")
     out = tmp_path / "out"
     assert main(["corpus", "build", "--traces", str(src), "--out", str(out), "--profile", str(profile), "--workers", "1"]) == 0, capsys.readouterr().err
     assert "Traceback" not in capsys.readouterr().err
-    s = json.loads((out / "summary.json").read_text())
-    n_ledger = len((out / "trajectories" / "ledger.jsonl").read_text().splitlines())
+    s = json.loads(CorpusFolder(out).summary.read_text())
+    n_ledger = len(TrajectoriesFolder(CorpusFolder(out).trajectories).ledger.read_text().splitlines())
     assert s["inputs"] == len(lines) and s["trajectories"] + n_ledger == len(lines), (s["inputs"], s["trajectories"], n_ledger, len(lines))
     assert s["funnel"]["train"] > 0 and n_ledger >= len(bad) - 40  # every crafted bad line is in the ledger (some mutants may survive)
     print(f"fuzz corpus: {len(lines)} lines ({len(good)} good, {len(bad)} bad) -> {s['trajectories']} trajectories + {n_ledger} ledger rows")

@@ -19,6 +19,7 @@ import pytest
 from shopdistill.arena.envelope import make_envelope, make_step
 from shopdistill.corpus.normalise import check_accounts, count_records, normalise_file, normalise_traces, read_shard
 from shopdistill.corpus.trajectory import REJECT_REASONS, trajectory_problems
+from shopdistill.core.run import TrajectoriesFolder
 
 SEED = 20260415
 MIN_BAD_INPUTS = 1000
@@ -216,7 +217,7 @@ def test_enough_bad_inputs(fuzz_run):
 
 def test_zero_crashes_and_no_reader_errors(fuzz_run):
     root, _, _, s = fuzz_run
-    ledger = [json.loads(x) for x in (root / "out" / "ledger.jsonl").read_text().splitlines()]
+    ledger = [json.loads(x) for x in TrajectoriesFolder(root / "out").ledger.read_text().splitlines()]
     errors = [e for e in ledger if e["reason"] == "reader_error"]
     assert not errors, errors[:5]
     assert {e["reason"] for e in ledger} <= set(REJECT_REASONS)

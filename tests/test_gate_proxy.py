@@ -14,21 +14,13 @@ import pytest
 
 from shopdistill.arena.envelope import make_step, params_text
 from shopdistill.corpus.judge import GateProxyJudge, judge_dialogue, proxy_log
-from shopdistill.arena.validator import _CAP, _ID, _JSON_WORDS, _PRICE, _REASON, _WORD, JUDGE_SCORES, MIN_COMPLETION_TOKENS, RESULT_CHARS, THINK_CHARS, completion_tokens, gate_proxy_judge
+from shopdistill.arena.validator import _CAP, _ID, _JSON_WORDS, _WORD, JUDGE_SCORES, MIN_COMPLETION_TOKENS, RESULT_CHARS, THINK_CHARS, gate_proxy_judge, gate_verdict, judge_view, open_gates
+from shopdistill.core.run import ArenaFolder
 
 
-# ---- the reference: the original implementation, verbatim in behaviour ----
-def _ref_view(query, dialogue, proxy_calls):
-    steps = []
-    for s in dialogue or []:
-        m = s["completion"]["message"]
-        steps.append({"think": m["think"][:THINK_CHARS],
-                      "tools": [(c["name"], params_text(c["parameters"]), c["result"][:RESULT_CHARS]) for c in m["tool_call"]]})
-    log = [{"kind": c.get("kind"), "path": c.get("path"), "completion_tokens": completion_tokens(c),
-            "result_product_ids": list(c.get("result_product_ids") or [])} for c in proxy_calls]
-    return {"query": query, "proxy_calls": log, "steps": steps}
-
-
+# ---- the reference: the original, quadratic accumulation (it rebuilt what the judge had seen from all earlier steps at
+# every step); what the judge is shown (`judge_view`), the gates of one thought (`open_gates`) and the verdict of the gates
+# (`gate_verdict`) are the judge's own ----
 def _ref_content(view_steps, log_ids):
     ids, ws, names = set(log_ids), set(), set()
     for st in view_steps:
@@ -40,28 +32,14 @@ def _ref_content(view_steps, log_ids):
 
 
 def reference_gate_proxy_judge(query, dialogue, proxy_calls):
-    v = _ref_view(query, dialogue, proxy_calls)
+    v = judge_view(query, dialogue, proxy_calls)
     qwords = set(re.findall(r"[a-z0-9]+", query.lower()))
     log_ids = {i for c in v["proxy_calls"] for i in c["result_product_ids"]}
     g = {"inference": max([c["completion_tokens"] for c in v["proxy_calls"]], default=0) >= MIN_COMPLETION_TOKENS,
          "refers_to_results": False, "names_datum": False, "compares_candidates": False}
     for i, st in enumerate(v["steps"]):
-        t = st["think"]
-        if not t: continue
-        ids, ws, names = _ref_content(v["steps"][:i], log_ids if i else set())
-        t_ids, t_words = set(_ID.findall(t)), set(_WORD.findall(t.lower())) - qwords - _JSON_WORDS
-        t_names = {n for n in _CAP.findall(t) if n.lower() in names and n.lower() not in qwords}
-        if (t_ids & ids) or len(t_words & ws) >= 2: g["refers_to_results"] = True
-        prices = set(m.group(0).lower() for m in _PRICE.finditer(t))
-        if t_ids or prices or t_names: g["names_datum"] = True
-        if (len(t_ids) >= 2 or len(prices) >= 2 or len(t_names) >= 2) and _REASON.search(t): g["compares_candidates"] = True
-    order = [("inference", "no inference call has 30 or more completion tokens"),
-             ("refers_to_results", "no thinking step refers to the content of a tool result"),
-             ("names_datum", "the thinking names no specific product, price, brand or shop"),
-             ("compares_candidates", "no thinking step weighs two candidates with a reason")]
-    for k, (gate, why) in enumerate(order):
-        if not g[gate]: return {"reasoning_quality": JUDGE_SCORES[k], "explanation": f"gate {k + 1} failed: {why}", "gates": g}
-    return {"reasoning_quality": JUDGE_SCORES[4], "explanation": "all four gates pass", "gates": g}
+        if st["think"]: open_gates(st["think"], qwords, *_ref_content(v["steps"][:i], log_ids if i else set()), g)
+    return gate_verdict(g)
 
 
 # ---- generated dialogues ----
@@ -120,7 +98,7 @@ def test_season_traces_score_as_the_reference(tiny_season):
     judge, n, scores = GateProxyJudge(), 0, set()
     from shopdistill.corpus.trajectory import Reject
     from shopdistill.corpus.readers import read_sn15_envelope
-    for shard in sorted((tiny_season / "arena" / "firehose").glob("shard-*.jsonl.gz")):
+    for shard in sorted(ArenaFolder(tiny_season / "arena").firehose.glob("shard-*.jsonl.gz")):
         for k, line in enumerate(gzip.open(shard, "rb"), 1):
             env = json.loads(line)
             calls = [c for s in env.get("dialogue") or [] for c in s["extra_info"].get("proxy_calls") or []]

@@ -11,7 +11,8 @@ from shopdistill.reproduce.settings import load_config
 from shopdistill.training.grpo import GrpoSettings, dr_grpo_stage, fitted_env_class, grpo_config, outcome_grpo_stage, outcome_rows, screen_states, state_rows
 from shopdistill.training.rendering import ELIDED
 from shopdistill.training.policy import load_policy
-from shopdistill.training.settings import TinySettings, TrainSettings
+from shopdistill.core.run import StageFolder
+from shopdistill.training.settings import TinySettings, TrainSettings, cpu_bf16
 from shopdistill.training.rendering import render_prompt, sft_row, tool_schemas_for_training
 from shopdistill.training.rewards import REWARD_RANGE, per_step_reward
 from shopdistill.corpus.trajectory import assistant_message, make_tool_call
@@ -49,7 +50,8 @@ def test_config_is_dr_grpo_and_explicit(profile, tmp_path):
     assert (c.learning_rate, c.lr_scheduler_type.value if hasattr(c.lr_scheduler_type, "value") else c.lr_scheduler_type) == (s.lr, s.scheduler)
     assert (c.num_generations, c.temperature, c.top_p, c.max_completion_length) == (s.num_generations, s.temperature, s.top_p, s.max_completion_length)
     assert c.generation_batch_size % c.num_generations == 0
-    assert c.use_cpu and not c.bf16  # TRL refuses bf16 without a GPU
+    assert c.use_cpu and c.bf16 == (s.bf16 and cpu_bf16())  # bf16 on a CPU only where it computes bf16 natively, as every stage
+    assert (c.adam_beta1, c.adam_beta2) == (s.adam_beta1, s.adam_beta2) == (0.9, 0.999)
     assert c.weight_decay == 0.0 and c.num_iterations == 1
     if profile == "full":
         assert (s.lr, s.scheduler, s.num_generations, s.temperature, s.beta) == (1e-6, "constant", 8, 1.0, 0.0)
@@ -121,8 +123,8 @@ def test_screening_and_two_steps_per_step_reward(tiny, tmp_path, monkeypatch):
     recording.__name__ = "per_step_reward"
     monkeypatch.setattr(grpo, "per_step_reward", recording)
     before = weights(model)
-    out = dr_grpo_stage(model, tok, kept, s, tmp_path / "dr_grpo", resume=False, cpu=True)
-    log = json.loads((tmp_path / "dr_grpo" / "train_log.json").read_text())
+    out = dr_grpo_stage(model, tok, kept, s, StageFolder(tmp_path / "dr_grpo"), resume=False, cpu=True)
+    log = json.loads(StageFolder(tmp_path / "dr_grpo").train_log.read_text())
     steps = [h for h in log["log_history"] if "loss" in h]
     assert log["global_step"] == 2 and len(steps) == 2 and all(math.isfinite(h["loss"]) for h in steps)
     assert all(REWARD_RANGE[0] <= h["reward"] <= REWARD_RANGE[1] for h in log["log_history"] if "reward" in h)
@@ -184,9 +186,9 @@ def test_outcome_grpo_one_step(tiny, tmp_path, monkeypatch):
     monkeypatch.setattr(ShoppingEnv, "reset", forced_reset)
     monkeypatch.setattr(ShoppingEnv, "get_reward", recorded_reward)
     before = weights(model)
-    out = outcome_grpo_stage(model, tok, tasks, engine, s, tmp_path / "outcome", resume=False, cpu=True)
+    out = outcome_grpo_stage(model, tok, tasks, engine, s, StageFolder(tmp_path / "outcome"), resume=False, cpu=True)
     monkeypatch.undo()
-    log = json.loads((tmp_path / "outcome" / "train_log.json").read_text())
+    log = json.loads(StageFolder(tmp_path / "outcome").train_log.read_text())
     assert log["global_step"] == 1 and log["reward"] == "outcome"
     steps = [h for h in log["log_history"] if "reward" in h]
     # every episode the trainer played was scored by the sandbox, and the logged reward is the mean of what it gave
@@ -225,12 +227,12 @@ def test_compact_lm_head_gives_the_same_log_probs():
 
 
 def test_full_profile_trainers_build_on_a_tiny_stand_in(tiny, tmp_path):
-    "What the full profile's dry run does: the trainers build on CPU from full.yaml (LoRA on; bf16 and vLLM off without a GPU)."
+    "What the full profile's dry run does: the trainers build on CPU from full.yaml (LoRA on; vLLM off without a GPU, bf16 only where the CPU computes it)."
     from shopdistill.training.grpo import per_step_trainer
     model, tok = load_policy("tiny", TINY)
     s = load_config("full").grpo
     rows, _ = state_rows(step_view(conversation(), tool_schemas_for_training()), tok)
-    tr = per_step_trainer(model, tok, rows, s, tmp_path, cpu=True)
+    tr = per_step_trainer(model, tok, rows, s, StageFolder(tmp_path), cpu=True)
     assert (tr.args.loss_type, tr.args.scale_rewards, tr.args.beta, tr.args.num_generations) == ("dr_grpo", "none", 0.0, 8)
-    assert not tr.args.use_vllm and not tr.args.bf16
+    assert not tr.args.use_vllm and tr.args.bf16 == cpu_bf16()
     assert hasattr(tr.model, "peft_config")  # LoRA, as the full profile asks

@@ -8,7 +8,8 @@ torch.set_num_threads(1)
 
 from shopdistill.reproduce.settings import load_config
 from shopdistill.training.kto import AssistantMaskCollator, KtoSettings, kto_config, kto_row, kto_stage, kto_weights
-from shopdistill.training.settings import TinySettings, TrainSettings
+from shopdistill.core.run import StageFolder
+from shopdistill.training.settings import TinySettings, TrainSettings, cpu_bf16
 from shopdistill.training.policy import load_policy
 from shopdistill.training.rendering import tool_schemas_for_training
 from shopdistill.corpus.trajectory import assistant_message, make_tool_call
@@ -37,7 +38,8 @@ def test_config_explicit_beta(profile, tmp_path):
     assert s.beta == 0.02 and c.beta == 0.02 and c.loss_type == "kto"
     assert (c.desirable_weight, c.undesirable_weight) == (1.0, 0.5)
     assert c.train_sampling_strategy == "sequential" and not c.remove_unused_columns
-    assert c.per_device_train_batch_size >= 2 and c.use_cpu and not c.bf16
+    assert c.per_device_train_batch_size >= 2 and c.use_cpu and c.bf16 == (s.bf16 and cpu_bf16())  # bf16 means what it means in every stage
+    assert (c.adam_beta1, c.adam_beta2) == (s.adam_beta1, s.adam_beta2) == (0.9, 0.999)
     assert c.learning_rate == s.lr and c.weight_decay == 0.0
 
 
@@ -87,9 +89,9 @@ def test_two_steps_finite_loss(tiny, tmp_path):
     s = KtoSettings(batch_size=2, grad_accum=1, max_steps=2, lr=1e-3, lora=False, bf16=False, logging_steps=1, save_steps=1000,
                     max_length=4096, scheduler="constant", warmup_ratio=0.0)
     w0 = [p.detach().clone() for p in model.parameters()]
-    out = kto_stage(model, tok, [episode(i, True) for i in range(2)], [episode(i, False) for i in range(2, 6)], s, tmp_path / "kto",
+    out = kto_stage(model, tok, [episode(i, True) for i in range(2)], [episode(i, False) for i in range(2, 6)], s, StageFolder(tmp_path / "kto"),
                     resume=False, cpu=True)
-    log = json.loads((tmp_path / "kto" / "train_log.json").read_text())
+    log = json.loads(StageFolder(tmp_path / "kto").train_log.read_text())
     losses = [h["loss"] for h in log["log_history"] if "loss" in h]
     assert log["global_step"] == 2 and losses and all(math.isfinite(x) for x in losses)
     assert (log["desirable"], log["undesirable"], log["undesirable_weight"], log["beta"]) == (2, 4, 0.5, 0.02)
@@ -102,7 +104,7 @@ def test_full_profile_trainer_builds_on_a_tiny_stand_in(tmp_path):
     from shopdistill.training.kto import kto_trainer
     model, tok = load_policy("tiny", TINY)
     s = load_config("full").kto
-    tr = kto_trainer(model, tok, [episode(0, True)], [episode(1, False), episode(2, False)], s, tmp_path, cpu=True)
+    tr = kto_trainer(model, tok, [episode(0, True)], [episode(1, False), episode(2, False)], s, StageFolder(tmp_path), cpu=True)
     info = tr.kto_info
     assert tr.args.beta == 0.02 and tr.ref_model is None and hasattr(tr.model, "peft_config")  # LoRA: the reference is the adapter-free model
     assert (info["desirable_weight"], info["undesirable_weight"]) == (1.0, 0.5)

@@ -16,6 +16,7 @@ from shopdistill.arena.envelope import tool_call_id
 from shopdistill.corpus.normalise import AccountingError, check_accounts, count_records, decode_record, detect_format, iter_records, normalise_file, normalise_traces, read_shard
 from shopdistill.corpus.readers import ProblemIndex, read_openai_row, read_sn15_dialogue, read_sn15_envelope, read_upstream_rollout, split_think
 from shopdistill.corpus.trajectory import Reject, from_arrow_row, to_arrow_row, trajectory_problems
+from shopdistill.core.run import ArenaFolder, TrajectoriesFolder
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOPPINGBENCH = ROOT.parent / "shared" / "data" / "shoppingbench"
@@ -302,10 +303,11 @@ def firehose(arena, tmp_path_factory):
     envs, tasks = arena
     root = tmp_path_factory.mktemp("arena")
     lines = [json.dumps(e, ensure_ascii=False).encode() for e in envs]
-    for s in range(3): _write_gz(root / "firehose" / f"shard-{s:05d}.jsonl.gz", lines[s::3], members=3)
-    with open(root / "bank.jsonl", "w") as f:
+    folder = ArenaFolder(root)
+    for s in range(3): _write_gz(folder.firehose / f"shard-{s:05d}.jsonl.gz", lines[s::3], members=3)
+    with open(folder.bank, "w") as f:
         for t in tasks: f.write(json.dumps({**t, "pool": "held_out", "cluster": 0}) + "\n")
-    return root / "firehose", len(envs), sum(e["dialogue"] is None or e["dialogue"] == [] for e in envs)
+    return folder.firehose, len(envs), sum(e["dialogue"] is None or e["dialogue"] == [] for e in envs)
 
 
 def test_normalise_traces_end_to_end(firehose, tmp_path):
@@ -318,7 +320,7 @@ def test_normalise_traces_end_to_end(firehose, tmp_path):
     assert all(trajectory_problems(t) == [] for t in trajs)
     assert all(t["category"] for t in trajs)  # found through bank.jsonl next to the firehose
     assert all(t["meta"]["judge"]["reasoning_quality"] == t["meta"]["scores"]["reasoning_quality"] for t in trajs)  # = the validators
-    ledger = [json.loads(x) for x in (tmp_path / "out" / "ledger.jsonl").read_text().splitlines()]
+    ledger = [json.loads(x) for x in TrajectoriesFolder(tmp_path / "out").ledger.read_text().splitlines()]
     assert all(e["source"].endswith(".jsonl.gz") and e["line"] >= 1 for e in ledger)
 
 
@@ -328,7 +330,7 @@ def test_output_does_not_depend_on_workers(firehose, tmp_path):
     b = normalise_traces(src, tmp_path / "b", workers=2, progress=False)
     for r in a["files"]:
         assert (tmp_path / "a" / r["shard"]).read_bytes() == (tmp_path / "b" / r["shard"]).read_bytes()
-    assert (tmp_path / "a" / "ledger.jsonl").read_bytes() == (tmp_path / "b" / "ledger.jsonl").read_bytes()
+    assert TrajectoriesFolder(tmp_path / "a").ledger.read_bytes() == TrajectoriesFolder(tmp_path / "b").ledger.read_bytes()
 
 
 def test_every_input_layout(canon, arena, tmp_path):

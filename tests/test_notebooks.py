@@ -14,7 +14,7 @@ from nbdev.config import get_config
 from nbdev.test import test_nb as run_notebook  # renamed, or pytest would collect nbdev's function as a test
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((ROOT / "nbs").glob("*.ipynb"))
+NOTEBOOKS = sorted(p for p in (ROOT / "nbs").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
 
 
 def nbdev_settings():
@@ -24,7 +24,7 @@ def nbdev_settings():
     return (flags.split() if isinstance(flags, str) else list(flags)), int(cfg.get("cell_timeout", 600) or 600)
 
 
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.relative_to(ROOT / "nbs").with_suffix("").as_posix() for p in NOTEBOOKS])
 def test_notebook(notebook, monkeypatch):
     skip, timeout = nbdev_settings()
     force = os.environ.get("NBDEV_FLAGS", "").split()

@@ -304,3 +304,21 @@ def test_a_chapter_folder_runs_its_notebooks_in_order_from_their_own_folder(proj
     assert order(project)[-2:] == ["02a", "02b"]
     assert [s["chapter"] for s in plan("tiny", only=["02_third/01_this_profile"], nbs_dir=project / "nbs", runs_root=project / "runs",
                                        configs_dir=project / "configs")] == ["02_third/01_this_profile"]
+
+
+@pytest.mark.parametrize("section", [s for s in __import__("shopdistill.reproduce.settings", fromlist=["Settings"]).Settings.sections() if s != "seed"])
+def test_a_typo_in_any_section_is_reported_with_its_section(tmp_path, section):
+    "Every chapter's section is typed: a misspelt key anywhere in the file is an error naming section, key and file."
+    p = tmp_path / "typo.yaml"
+    p.write_text(f"{section}:\n  not_a_{section}_key: 1\n")
+    with pytest.raises(ConfigError, match=rf"unknown key '{section}\.not_a_{section}_key' \(known keys of '{section}': ") as e:
+        load_config(p)
+    assert str(p) in str(e.value)
+
+
+def test_a_typo_stops_the_reproduction_before_any_chapter_runs(project):
+    "The driver reads the whole profile first: a mistake in a late chapter's section costs no chapter's time."
+    (project / "configs" / "tiny.yaml").write_text("seed: 7\ngrpo:\n  num_generation: 8\n")
+    with pytest.raises(ConfigError, match=r"unknown key 'grpo\.num_generation'"):
+        run(project)
+    assert order(project) == [] and not (project / "runs" / "tiny" / "00_first.ipynb").exists()

@@ -1,10 +1,10 @@
 "The per-step teacher-grounded reward (training.md §6): table of hand-computed values, the teacher's own turn, edge cases."
 import json
 from fractions import Fraction as F
-from pathlib import Path
 
 import pytest
 
+from shopdistill.core.run import Run
 from shopdistill.training.rewards import REWARD_RANGE, jaccard, parse_turn, per_step_reward, step_reward, step_reward_parts
 
 
@@ -126,7 +126,7 @@ def test_teacher_turn_through_chat_template_is_maximal():
         assert step_reward(comp, action) == REWARD_RANGE[1], (comp, step_reward_parts(comp, action))
 
 
-CORPUS = Path(__file__).resolve().parents[1] / "runs" / "smoke" / "corpus" / "steps"
+CORPUS = Run.of("smoke").corpus().steps  # the smoke run's per-step view, when chapter 04 has built it
 
 
 @pytest.mark.skipif(not CORPUS.exists(), reason=f"per-step corpus not built ({CORPUS}); run chapter 04")

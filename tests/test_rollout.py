@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from shopdistill.training.settings import TinySettings, TrainSettings
+from shopdistill.training.settings import RolloutSettings, TinySettings, TrainSettings
 from shopdistill.training.policy import load_policy
 from shopdistill.training.rollout import episode_seed, generate_transformers, run_episodes
 from shopdistill.corpus.trajectory import trajectory_problems
@@ -27,7 +27,8 @@ def world():
 
 def test_run_episodes_returns_well_formed_scored_trajectories(world):
     model, tok, engine, problems = world
-    eps = run_episodes(model, tok, problems, engine, n_samples=2, temperature=1.0, step_cap=3, max_new_tokens=16, batch_size=3, greedy_first=True)
+    eps = run_episodes(model, tok, problems, engine, RolloutSettings(step_cap=3, max_new_tokens=16, batch_size=3), n_samples=2, temperature=1.0,
+                       greedy_first=True)
     assert len(eps) == 4 and [(e["problem_id"], e["sample"]) for e in eps] == [(p["id"], s) for p in problems for s in range(2)]
     for e in eps:
         assert trajectory_problems({k: e[k] for k in KEYS}) == []
@@ -69,15 +70,15 @@ def _scripted_episode(tok, engine, problem, rec_id):
     turns.append(call("terminate", {"status": "success"}))
     it = iter(turns)
     BACKENDS["scripted"] = lambda model, prompts, **kw: [tok(next(it), add_special_tokens=False)["input_ids"] for _ in prompts]
-    try: return run_episodes(None, tok, [problem], engine, backend="scripted")[0]
+    try: return run_episodes(None, tok, [problem], engine, RolloutSettings(backend="scripted"))[0]
     finally: BACKENDS.pop("scripted")
 
 
 def test_episodes_do_not_depend_on_the_batch(world):
     model, tok, engine, problems = world
-    kw = dict(n_samples=2, temperature=1.0, step_cap=2, max_new_tokens=12, seed=3)
-    a = run_episodes(model, tok, problems, engine, batch_size=4, **kw)
-    b = run_episodes(model, tok, problems, engine, batch_size=1, **kw)
+    kw = dict(n_samples=2, temperature=1.0, seed=3)
+    a = run_episodes(model, tok, problems, engine, RolloutSettings(step_cap=2, max_new_tokens=12, batch_size=4), **kw)
+    b = run_episodes(model, tok, problems, engine, RolloutSettings(step_cap=2, max_new_tokens=12, batch_size=1), **kw)
     assert [e["messages"] for e in a] == [e["messages"] for e in b]
     assert episode_seed(0, "p", 0, 0) != episode_seed(0, "p", 1, 0) and episode_seed(0, "p", 0, 0) == episode_seed(0, "p", 0, 0)
 
@@ -111,7 +112,7 @@ def test_a_scripted_model_solves_a_problem(world):
         calls["n"] += 1
         return out
     BACKENDS["scripted"] = scripted
-    try: ep = run_episodes(None, tok, [p], engine, backend="scripted")[0]
+    try: ep = run_episodes(None, tok, [p], engine, RolloutSettings(backend="scripted"))[0]
     finally: BACKENDS.pop("scripted")
     assert ep["n_calls"] == ep["valid_calls"] == 3 and ep["end"] == "terminate" and ep["recommended"] == [first]
     assert first == p["reward"]["product_id"] and ep["success"] is True  # this seed's search ranks the gold first
@@ -169,3 +170,32 @@ def test_vllm_kv_cache_is_sized_for_every_sequence_at_full_length(tmp_path):
     big = kv_cache_bytes(str(tmp_path), "float32", 10**4, 10**5)  # 46 TB wanted: half of what is free instead
     free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     assert 0.3 * free < big < 0.7 * free
+
+
+def test_a_turn_hook_sees_each_completion_before_its_tool_calls_run(world):
+    """The hook an episode's owner acts through (chapter 07's miner bills the proxy and records its steps with it): `generated`
+    with the rendered prompt before the turn's tool calls reach the environment, `played` after them, with their results."""
+    from shopdistill.sandbox.tools import ShoppingEnv, episode_state
+    from shopdistill.training.rendering import tool_schemas_for_training
+    from shopdistill.training.rollout import TurnHook, Turns, new_episode, play_rounds
+    _, tok, engine, problems = world
+    p = problems[0]
+    texts = iter([f'<tool_call>\n{json.dumps({"name": "find_product", "arguments": {"q": p["query"]}})}\n</tool_call><|im_end|>',
+                  "nothing to call<|im_end|>"])
+    scripted = lambda model, prompts, **kw: [tok(next(texts), add_special_tokens=False)["input_ids"] for _ in prompts]
+    events = []
+
+    class Recording(TurnHook):
+        def generated(self, ep, prompt, completion):
+            events.append(("generated", episode_state(ep["env"])["steps"], prompt.rstrip().endswith("assistant")))
+        def played(self, ep, msg, results):
+            events.append(("played", episode_state(ep["env"])["steps"], [r[:1] for r in results]))
+
+    env = ShoppingEnv(engine, step_cap=5)
+    env.reset(**p)
+    ep = new_episode(p, 0, env)
+    turns = Turns(tok, tool_schemas_for_training(), temperature=0.0, top_p=1.0, seed=0, greedy_first=False, max_new_tokens=64,
+                  max_prompt_tokens=4096, hook=Recording())
+    play_rounds(scripted, None, [ep], turns, batch_size=1)
+    assert events == [("generated", 0, True), ("played", 1, ["["]), ("generated", 1, True), ("played", 1, [])]
+    assert ep["done"] and ep["end"] == "no_tool_call" and not env.done

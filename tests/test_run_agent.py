@@ -20,7 +20,7 @@ import pytest
 from shopdistill.sandbox.catalog import Catalog, generate_catalog
 from shopdistill.core.run import repo_root
 from shopdistill.arena.envelope import envelope_problems
-from shopdistill.arena.agent_checks import ProblemIndex, static_check
+from shopdistill.arena.agent_checks import ProblemPhrases, static_check
 from shopdistill.arena.isolation import SandboxLimits, isolation_problem
 from shopdistill.arena.run_agent import run_agent_file
 from shopdistill.sandbox.search import SearchEngine
@@ -98,7 +98,7 @@ def test_clean_files_pass():
 
 def test_template_phrases_shared_by_many_problems_are_not_copies():
     many = [{"query": f"Find a shop that offers these items: item {i} and thing {i * 7}."} for i in range(40)]
-    idx = ProblemIndex(many)
+    idx = ProblemPhrases(many)
     assert idx.copied_phrase("Find a shop that offers these items:") is None  # template wording, in every problem
     assert idx.copied_phrase("these items: item 17 and thing 119") is not None  # one problem's own words
 
@@ -279,7 +279,7 @@ def test_an_interpreter_under_tmp_is_not_hidden_by_the_sandbox_scratch(sandboxed
         venv = Path(d) / "clone" / ".venv"
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-        code = "from shopdistill.arena.run_agent import isolation_problem; import sys; print(sys.prefix); print(isolation_problem())"
+        code = "from shopdistill.arena.isolation import isolation_problem; import sys; print(sys.prefix); print(isolation_problem())"
         out = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, env=env, timeout=120)
         assert out.returncode == 0, out.stderr
         prefix, why = out.stdout.strip().splitlines()
@@ -364,12 +364,11 @@ def hostile_project(tmp_path_factory):
         mp.setenv("SHOPDISTILL_RUNS", str(proj / "runs"))
         cfg = load_config(prof)
         _, _, tasks = load_sandbox(cfg.run, cfg.catalog, cfg.search, cfg.tasks)
-        box = cfg.run_dir() / "sandbox"
-        box.mkdir(parents=True, exist_ok=True)
-        (box / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
+        box = cfg.run.sandbox().make()
+        box.tasks.write_text("".join(json.dumps(t) + "\n" for t in tasks))
     (proj / "out").mkdir()
     canaries = _Canaries()
-    yield proj, prof, box / "tasks.jsonl", canaries
+    yield proj, prof, box.tasks, canaries
     canaries.close()
 
 
@@ -410,7 +409,7 @@ def test_hostile_agent_is_contained(sandboxed, hostile_project, path, monkeypatc
     assert path.stem in CONTAINED, f"{path.name} has no containment check"
     agent = proj / path.name
     agent.write_text(path.read_text())  # beside the project's runs/, where a new user keeps the file
-    before = {"agent": _sha([agent]), "gold": _sha([gold]), "library": _sha(Path(repo_root() / "shopdistill").glob("*.py")),
+    before = {"agent": _sha([agent]), "gold": _sha([gold]), "library": _sha(Path(repo_root() / "shopdistill").rglob("*.py")),
               "folder": sorted(p.name for p in proj.iterdir())}
     monkeypatch.setenv("SHOPDISTILL_RUNS", str(proj / "runs"))
     out = proj / "out" / path.stem
@@ -426,7 +425,7 @@ def test_hostile_agent_is_contained(sandboxed, hostile_project, path, monkeypatc
     while (_alive_with(f"/agent/{path.name}") or _alive_with("hostile-escape-marker")) and time.time() < deadline: time.sleep(0.1)
     assert _alive_with(f"/agent/{path.name}") == [] and _alive_with("hostile-escape-marker") == []  # the whole tree ended
     assert canaries.proc.poll() is None and canaries.hits == []  # no host process signalled, no host socket reached
-    after = {"agent": _sha([agent]), "gold": _sha([gold]), "library": _sha(Path(repo_root() / "shopdistill").glob("*.py")),
+    after = {"agent": _sha([agent]), "gold": _sha([gold]), "library": _sha(Path(repo_root() / "shopdistill").rglob("*.py")),
              "folder": sorted(p.name for p in proj.iterdir())}
     assert after == before  # nothing outside the sandbox changed (the CLI's out/ folder was made before)
     check = CONTAINED[path.stem]

@@ -10,7 +10,10 @@ from collections import Counter
 import pandas as pd
 import pytest
 
+from shopdistill.corpus.build import build_corpus
 from shopdistill.corpus.splits import ngram_overlap, ngrams, paraphrase, problem_clusters, problem_key, problems_present, split_audit, split_clusters
+from shopdistill.reproduce.settings import load_config
+from shopdistill.core.run import ArenaFolder, CorpusFolder
 
 
 # ---- the split ---------------------------------------------------------------------------------------------------------
@@ -94,6 +97,13 @@ def arena(tmp_path_factory, arena_copy):
         yield arena_copy("splits04", "filter: {tokenizer: chars/4}\ncorpus: {eval_fraction: 0.3}\n")
 
 
+
+def _build(profile, traces, out, **kw) -> dict:
+    "Chapter 04's corpus of `traces` in `out`, with the sections of the profile file `profile`."
+    cfg = load_config(profile)
+    return build_corpus(cfg.run, cfg.filter, cfg.corpus, cfg.normalise, cfg.judge, cfg.arena.clusters, cfg.catalog, traces, out, **kw)
+
+
 def _envelope_of(source_file, line):
     with gzip.open(source_file, "rt", encoding="utf-8") as f:
         for n, text in enumerate(f, 1):
@@ -102,14 +112,14 @@ def _envelope_of(source_file, line):
 
 
 def test_planted_leak_is_caught(arena):
-    from shopdistill.corpus.build import build_corpus
     from shopdistill.corpus.splits import load_bank
-    clean = build_corpus(arena / "arena" / "firehose", arena / "clean", cfg=load_config(arena / "tiny.yaml"), workers=2, progress=False)
+    season, clean_out = ArenaFolder(arena / "arena"), CorpusFolder(arena / "clean")
+    clean = _build(arena / "tiny.yaml", season.firehose, clean_out.path, workers=2, progress=False)
     assert clean["audit"] == [] and clean["splits"].get("eval", 0) > 0
-    ev = pd.read_parquet(arena / "clean" / "parquet" / "eval.parquet", columns=["problem_id", "source_file", "source_line", "trajectory_id"])
+    ev = pd.read_parquet(clean_out.split_file("eval"), columns=["problem_id", "source_file", "source_line", "trajectory_id"])
     target = ev.iloc[0]
-    bank = load_bank(arena / "arena" / "bank.jsonl")
-    env = _envelope_of(arena / "arena" / "firehose" / target["source_file"], int(target["source_line"]))  # relative to the traces folder
+    bank = load_bank(season.bank)
+    env = _envelope_of(season.firehose / target["source_file"], int(target["source_line"]))  # relative to the traces folder
     planted_query = paraphrase(bank[target["problem_id"]], seed=11)
     assert planted_query != bank[target["problem_id"]]["query"]
     plant = copy.deepcopy(env)  # the same agent's run, arriving from outside under a new id with the reworded request
@@ -117,17 +127,18 @@ def test_planted_leak_is_caught(arena):
     for st in plant["dialogue"]: st["extra_info"].update(query=planted_query, problem_id="outside-0001")
     plant["extract"] = {**plant["extract"], "trace_id": plant["extract"]["trace_id"] + "/planted", "result": {"success": False}}
     raw = arena / "raw"
-    shutil.copytree(arena / "arena" / "firehose", raw)
-    shutil.copy(arena / "arena" / "bank.jsonl", raw / "bank.jsonl")
+    shutil.copytree(season.firehose, raw)
+    shutil.copy(season.bank, raw / season.bank.name)  # chapter 03 finds the bank beside the traces
     with gzip.open(raw / "planted.jsonl.gz", "wt", encoding="utf-8") as f: f.write(json.dumps(plant) + "\n")
-    s = build_corpus(raw, arena / "leaky", cfg=load_config(arena / "tiny.yaml"), workers=2, progress=False)
-    problems = pd.read_parquet(arena / "leaky" / "problems.parquet").set_index("problem")
+    leaky = CorpusFolder(arena / "leaky")
+    s = _build(arena / "tiny.yaml", raw, leaky.path, workers=2, progress=False)
+    problems = pd.read_parquet(leaky.problems).set_index("problem")
     assert pd.isna(problems.at["outside-0001", "category"]) and not problems.at["outside-0001", "gold"]
     # caught: the paraphrase joins its original's cluster by text alone, so it can only go where the original goes
     assert problems.at["outside-0001", "cluster"] == problems.at[target["problem_id"], "cluster"]
     assert problems.at[target["problem_id"], "split"] == "eval"
     assert s["audit"] == []
-    rows = pd.concat([pd.read_parquet(arena / "leaky" / "parquet" / f"{x}.parquet") for x in ("train", "eval")])
+    rows = pd.concat([pd.read_parquet(leaky.split_file(x)) for x in ("train", "eval")])
     planted_rows = rows[rows["problem_id"] == "outside-0001"]
     assert (planted_rows["split"] == "eval").all()
     # and a split that ignored clusters (the planted problem in train) is caught by the audit

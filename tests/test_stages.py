@@ -4,6 +4,7 @@ from dataclasses import replace
 
 import pytest
 
+from shopdistill.core.run import StageFolder, TrainFolder
 from shopdistill.training.settings import SftSettings, TinySettings, TrainSettings
 from shopdistill.training.policy import load_policy
 from shopdistill.training.evaluation import corpus_clusters, heldout_problems
@@ -57,21 +58,21 @@ def test_tiny_sft_lowers_loss_and_resumes_from_its_checkpoint(world, rows, tmp_p
     # same tokenizer for the model: rebuild deterministically (same texts, same ids) and check it is the same
     assert model.config.vocab_size == len(tok)
     before = corpus_loss(model, tok, data, SMALL.max_length)
-    out = tmp_path / "s"
+    out = StageFolder(tmp_path / "s")
     sft(model, tok, data, SMALL, out, max_steps=6)
-    assert last_checkpoint(out / "checkpoints").endswith("checkpoint-6")
-    trained, _ = load_policy(str(out / "model"))
+    assert last_checkpoint(out.trainer).endswith("checkpoint-6")
+    trained, _ = load_policy(str(out.policy))
     after = corpus_loss(trained, tok, data, SMALL.max_length)
     assert after < before - 0.5, (before, after)
     # an interrupted run: the final model is gone, the checkpoint remains; a longer run resumes at step 6
     import shutil
-    shutil.rmtree(out / "model")
+    shutil.rmtree(out.policy)
     sft(load_policy("tiny", SMALL, ids=catalog.ids)[0], tok, data, SMALL, out, max_steps=9)
-    log = json.loads((out / "train_log.json").read_text())
-    assert log["resumed_from"].endswith("checkpoint-6") and log["steps"] == 9
-    assert [h["step"] for h in log["history"]] == list(range(1, 10))  # the checkpoint carries the log of steps 1-6
+    log = json.loads(out.train_log.read_text())
+    assert log["resumed_from"].endswith("checkpoint-6") and log["global_step"] == 9
+    assert [h["step"] for h in log["log_history"] if "loss" in h] == list(range(1, 10))  # the checkpoint carries the log of steps 1-6
     # a finished stage is not trained again
-    assert sft(None, tok, data, SMALL, out) == out / "model"
+    assert sft(None, tok, data, SMALL, out) == out.policy
 
 
 def test_a_stage_killed_after_a_checkpoint_ends_with_the_same_weights(world, rows, tmp_path):
@@ -80,14 +81,14 @@ def test_a_stage_killed_after_a_checkpoint_ends_with_the_same_weights(world, row
     import torch
     catalog, _, _ = world
     tok, data = rows
-    out = tmp_path / "s"
+    out = StageFolder(tmp_path / "s")
     sft(load_policy("tiny", SMALL, ids=catalog.ids)[0], tok, data, SMALL, out, max_steps=6)
-    whole = {k: v.clone() for k, v in load_policy(str(out / "model"))[0].state_dict().items()}
+    whole = {k: v.clone() for k, v in load_policy(str(out.policy))[0].state_dict().items()}
     # the run as a kill after step 3 leaves it: checkpoint-3, no later checkpoint, no final model
-    shutil.rmtree(out / "model"); shutil.rmtree(out / "checkpoints" / "checkpoint-6")
+    shutil.rmtree(out.policy); shutil.rmtree(out.trainer / "checkpoint-6")
     sft(load_policy("tiny", SMALL, ids=catalog.ids)[0], tok, data, SMALL, out, max_steps=6)
-    assert json.loads((out / "train_log.json").read_text())["resumed_from"].endswith("checkpoint-3")
-    resumed = load_policy(str(out / "model"))[0].state_dict()
+    assert json.loads(out.train_log.read_text())["resumed_from"].endswith("checkpoint-3")
+    resumed = load_policy(str(out.policy))[0].state_dict()
     assert whole.keys() == resumed.keys()
     assert [k for k in whole if not torch.equal(whole[k], resumed[k])] == []
 
@@ -125,22 +126,22 @@ def test_an_untrained_stage_reuses_the_previous_evaluation(tmp_path):
     import gzip
     from shopdistill.training.evaluation import read_episodes, reuse_evaluation
     from shopdistill.core.files import write_json
-    src = tmp_path / "stage1_sft"
-    src.mkdir()
+    train = TrainFolder(tmp_path)
+    src, dst = train.stage("stage1_sft").make(), train.stage("stage2_rejection")
     eps = [{"problem_id": "p1", "sample": 0, "success": False}]
-    with gzip.open(src / "eval.jsonl.gz", "wt") as f: f.write(json.dumps(eps[0]) + "\n")
-    write_json(src / "eval.json", {"stage": "stage1_sft", "asr": 0.0, "pass@8": float("nan"), "eval_seconds": 12.5})
-    row = reuse_evaluation(src, tmp_path / "stage2_rejection", "stage2_rejection")
+    with gzip.open(src.episodes, "wt") as f: f.write(json.dumps(eps[0]) + "\n")
+    write_json(src.evaluation, {"stage": "stage1_sft", "asr": 0.0, "pass@8": float("nan"), "eval_seconds": 12.5})
+    row = reuse_evaluation(src, dst)
     assert row == {"stage": "stage2_rejection", "asr": 0.0, "pass@8": None, "eval_seconds": 0.0, "same_policy_as": "stage1_sft"}
-    assert read_episodes(tmp_path / "stage2_rejection" / "eval.jsonl.gz") == eps
-    assert json.loads((tmp_path / "stage2_rejection" / "eval.json").read_text()) == row
+    assert read_episodes(dst.episodes) == eps
+    assert json.loads(dst.evaluation.read_text()) == row
 
 
 def test_stage_table_orders_stages_found_on_disk(tmp_path):
+    train = TrainFolder(tmp_path)
     for s in ("stage1_sft", "base", "dr_grpo", "zzz_extra"):
-        (tmp_path / s).mkdir()
-        (tmp_path / s / "eval.json").write_text(json.dumps({"stage": s}))
-    assert [r["stage"] for r in stage_table(tmp_path)] == ["base", "stage1_sft", "dr_grpo", "zzz_extra"]
+        train.stage(s).make().evaluation.write_text(json.dumps({"stage": s}))
+    assert [r["stage"] for r in stage_table(train)] == ["base", "stage1_sft", "dr_grpo", "zzz_extra"]
 
 
 def test_drill_rows_mix_in_at_the_asked_share(rows):

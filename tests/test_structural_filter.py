@@ -16,6 +16,7 @@ from shopdistill.corpus.dedup import assistant_shingles, exact_key, minhash_sign
 from shopdistill.corpus.axes import axis_signals, classify_axis, templated_shares, thinking_templates
 from shopdistill.corpus.chat import qwen3_template_text, render_chat
 from shopdistill.corpus.ranking import structural_score, structure_signals
+from shopdistill.core.run import ArenaFolder
 
 S = FilterSettings(tokenizer="chars/4")
 HITS = json.dumps([{"product_id": "1000000001", "title": "Black cotton shirt", "price": 250}, {"product_id": "1000000002", "title": "Grey shirt", "price": 180}])
@@ -286,7 +287,7 @@ def season(tmp_path_factory, tiny_season):
     from shopdistill.corpus.normalise import normalise_traces
     d = tiny_season
     out = tmp_path_factory.mktemp("axis04")
-    normalise_traces(d / "arena" / "firehose", out / "trajectories", judge="proxy", workers=2, progress=False)
+    normalise_traces(ArenaFolder(d / "arena").firehose, out / "trajectories", judge="proxy", workers=2, progress=False)
     return d, out
 
 
@@ -297,7 +298,7 @@ def test_axis_a_precision_and_recall_against_hidden_labels(season):
     df = pd.DataFrame(rows)
     df["templated_share"] = templated_shares(list(df["hotkey"]), list(df["templates"]), S.template_min_traces)
     df["axis"] = [classify_axis(r, t, S)[0] for r, t in zip(df.to_dict("records"), df["templated_share"])]
-    labels = pd.read_parquet(d / "arena" / "labels" / "traces.parquet")[["trace_id", "style"]]  # read only to measure
+    labels = pd.read_parquet(ArenaFolder(d / "arena").trace_labels)[["trace_id", "style"]]  # read only to measure
     df = df.merge(labels, on="trace_id", how="left")
     assert df["style"].notna().all() and set(df["style"]) == {"agentic", "subtask", "decoy"}
     tp = ((df["axis"] == "A") & (df["style"] == "agentic")).sum()
@@ -309,7 +310,7 @@ def test_smoke_outputs_axis_a_if_present():
     "The same measurement on the smoke corpus's decisions, when chapter 04 has run here."
     from shopdistill.core.run import Run
     dec, lab = Run.of("smoke").corpus().decisions, Run.of("smoke").arena().trace_labels
-    if not (dec.exists() and lab.exists()): pytest.skip("no smoke corpus here (run nbs/04_structural_filter.ipynb with profile smoke)")
+    if not (dec.exists() and lab.exists()): pytest.skip("no smoke corpus here (run chapter 04, nbs/04_structural_filter/, with profile smoke)")
     df = pd.read_parquet(dec, columns=["trace_id", "axis", "stage"]).merge(pd.read_parquet(lab, columns=["trace_id", "style"]), on="trace_id")
     tp = ((df["axis"] == "A") & (df["style"] == "agentic")).sum()
     assert tp / (df["axis"] == "A").sum() >= 0.95 and tp / (df["style"] == "agentic").sum() >= 0.90

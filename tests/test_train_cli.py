@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from shopdistill.reproduce.settings import load_config
 from shopdistill.training.cli import dry_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -13,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def full_rows():
-    return dry_run("full")
+    cfg = load_config("full")
+    return dry_run(cfg.train, cfg.kto, cfg.grpo)
 
 
 def test_full_profile_builds_every_trainer(full_rows):
@@ -32,7 +34,8 @@ def test_a_broken_full_profile_is_caught(tmp_path):
     bad = tmp_path / "broken.yaml"
     bad.write_text(yaml.safe_dump(cfg))
     with pytest.raises(Exception, match=re.compile("num_generations|multiple", re.I)):
-        dry_run(str(bad))
+        cfg = load_config(str(bad))
+        dry_run(cfg.train, cfg.kto, cfg.grpo)
 
 
 def test_cli_dry_run_prints_a_summary(capsys):

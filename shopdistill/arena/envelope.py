@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['STATUSES', 'PROXY_KINDS', 'INFERENCE_PATH', 'PROXY_CALL_SCHEMA', 'TOOL_CALL_SCHEMA', 'STEP_SCHEMA', 'EXTRACT_SCHEMA',
-           'ENVELOPE_SCHEMA', 'params_text', 'tool_call_id', 'render_content', 'make_tool_call', 'make_step',
+           'ENVELOPE_SCHEMA', 'params_text', 'tool_call_id', 'render_content', 'sn15_tool_call', 'make_step',
            'make_envelope', 'envelope_validator', 'envelope_problems', 'validate_envelope']
 
 # %% ../../nbs/02_arena_traces/00_envelope.ipynb #494fa79b
@@ -39,7 +39,7 @@ def render_content(think: str, tool_calls: list, response: str) -> str:
     return f"<think>{think}</think>\n<tool_call>{calls}</tool_call>\n<response>{response}</response>"
 
 
-def make_tool_call(name, parameters, result) -> dict:
+def sn15_tool_call(name, parameters, result) -> dict:
     "One entry of `message.tool_call`: name, parameters, SN15's id, and the tool's result as text."
     if not isinstance(result, str): result = json.dumps(result, ensure_ascii=False)
     return {"name": str(name), "parameters": parameters, "tool_call_id": tool_call_id(str(name), parameters), "result": result}
@@ -48,7 +48,7 @@ def make_tool_call(name, parameters, result) -> dict:
 def make_step(index: int, think: str, tool_calls: list, response: str, query: str, problem_id: str, timestamp: int,
               proxy_calls: list, reasoning_content: str = "", content: str | None = None, execution_time: float | None = None) -> dict:
     "One SN15 dialogue step; `tool_calls` are dicts with name, parameters and result. `execution_time` goes on step 0 only."
-    calls = [make_tool_call(c.get("name"), c.get("parameters"), c.get("result", "")) for c in tool_calls]
+    calls = [sn15_tool_call(c.get("name"), c.get("parameters"), c.get("result", "")) for c in tool_calls]
     extra = {"step": index, "query": query, "timestamp": int(timestamp), "problem_id": problem_id}
     if index == 0: extra["execution_time"] = execution_time if execution_time is not None else 0.0
     extra["proxy_calls"] = proxy_calls
@@ -68,7 +68,7 @@ def make_envelope(problem_id: str, status: str, execution_time: float, inference
     if extract is not None: env["extract"] = extract
     return env
 
-# %% ../../nbs/02_arena_traces/00_envelope.ipynb #24ddb6de
+# %% ../../nbs/02_arena_traces/00_envelope.ipynb #85d0ea8b
 _NUM = {"type": "number", "minimum": 0}
 
 _INT = {"type": "integer", "minimum": 0}
@@ -92,6 +92,7 @@ TOOL_CALL_SCHEMA = {
                    "tool_call_id": {"type": "string", "pattern": "^[A-Za-z0-9_-]{8}$"}, "result": {"type": "string"}},
     "additionalProperties": False}
 
+# %% ../../nbs/02_arena_traces/00_envelope.ipynb #64c12ca8
 STEP_SCHEMA = {
     "type": "object", "required": ["completion", "extra_info"],
     "properties": {
@@ -114,6 +115,7 @@ STEP_SCHEMA = {
             "additionalProperties": False}},
     "additionalProperties": False}
 
+# %% ../../nbs/02_arena_traces/00_envelope.ipynb #d363c1c4
 EXTRACT_SCHEMA = {
     "type": "object",
     "required": ["trace_id", "race_id", "phase", "day", "miner_hotkey", "miner_uid", "agent_version_id", "validator", "result"],
@@ -126,6 +128,7 @@ EXTRACT_SCHEMA = {
                               "additionalProperties": False}},
     "additionalProperties": False}
 
+# %% ../../nbs/02_arena_traces/00_envelope.ipynb #0f2afa17
 ENVELOPE_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "SN15 sandbox output envelope (one problem)",

@@ -15,6 +15,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from .sn15_api import SN15_SHIMS
+import importlib.util
+from fastcore.basics import patch
 
 # %% ../../nbs/02_arena_traces/09_isolation.ipynb #6e49621d
 SANDBOX_UID = 65534  # nobody: owns no file on the host
@@ -56,7 +58,7 @@ def _python_roots() -> list[str]:
 
 def _within(path: str, root: str) -> bool: return path == root or path.startswith(root.rstrip("/") + "/")
 
-# %% ../../nbs/02_arena_traces/09_isolation.ipynb #bb992cf2
+# %% ../../nbs/02_arena_traces/09_isolation.ipynb #c430a693
 class Sandbox:
     """The isolation of one run-agent session: bubblewrap gives every agent process its own user, PID, network, mount, IPC and
     UTS namespaces, uid 65534, a read-only root holding only /usr, the interpreter's folders, the shopdistill package and the
@@ -64,7 +66,6 @@ class Sandbox:
     (so RLIMIT_NPROC binds: the kernel never enforces it for uid 0), and the folders it cannot reach as that uid are first
     bind-mounted into a private staging folder by util-linux `unshare` + `mount`."""
     def __init__(self, agent_file, limits: SandboxLimits = SandboxLimits(), hidden=(), bwrap: str = "bwrap"):
-        import shopdistill
         self.limits, self.root = limits, os.geteuid() == 0
         need = [bwrap] + (["unshare", "mount", "setpriv", "sh"] if self.root else [])
         missing = [t for t in need if not shutil.which(t)]
@@ -73,7 +74,7 @@ class Sandbox:
                                        f"apt-get install bubblewrap; unshare, mount and setpriv come with util-linux), or pass --no-isolation "
                                        f"for a file you trust")
         self.bwrap = shutil.which(bwrap)
-        self.package = os.path.realpath(os.path.dirname(shopdistill.__file__))
+        self.package = os.path.realpath(importlib.util.find_spec("shopdistill").submodule_search_locations[0])
         self.binds = [(r, r) for r in _python_roots()] + [(self.package, LIB_DIR + "/shopdistill")]
         for h in hidden:
             h = os.path.realpath(h)
@@ -99,57 +100,65 @@ class Sandbox:
     @property
     def socket_owner(self): return SANDBOX_UID if self.root else None
 
-    def command(self, inner: list[str]) -> list[str]:
-        "The full command line that runs `inner` (a path inside the sandbox first) in the sandbox."
-        pre, binds = [], []
-        for i, (src, dest) in enumerate(self.binds):
-            if self.root:  # bwrap runs as uid 65534 and could not open e.g. /root/.pyenv: it binds the staged mount point instead
-                m = self.stage / f"m{i}"
-                m.mkdir(mode=0o755, exist_ok=True)
-                pre += [src, str(m)]
-                src = str(m)
-            binds += ["--ro-bind", src, dest]
-        for link in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):  # merged-/usr systems link these into /usr
-            if os.path.islink(link): binds += ["--symlink", os.readlink(link), link]
-            elif os.path.isdir(link): binds += ["--ro-bind", link, link]
-        bw = [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
-              "--hostname", "sandbox", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-              # the scratch tmpfs first: a venv that lives under /tmp (a clone in /tmp) is bound on top of it, not hidden beneath it
-              "--size", str(self.limits.scratch_mb << 20), "--tmpfs", SCRATCH, "--ro-bind", "/usr", "/usr", *binds,
-              "--ro-bind", str(self.stage / "agent"), AGENT_DIR, "--ro-bind", str(self.stage / "compat"), COMPAT_DIR,
-              "--ro-bind", str(self.run_dir), RUN_DIR, "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/", "--remount-ro", "/dev", "--chdir", AGENT_DIR, "--", *inner]
-        if not self.root: return bw
-        drop = ["setpriv", f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups", "--bounding-set=-all", "--inh-caps=-all", "--"]
-        return ["unshare", "--mount", "--propagation", "private", "--", shutil.which("sh"), "-c", _STAGE_MOUNTS, "sh", *pre, "--", *drop, *bw]
-
     @staticmethod
     def env() -> dict:
         "The agent's whole environment (nothing of the validator's): the proxy's address is added inside, once the relay listens."
         return {"PATH": "/usr/bin:/bin", "HOME": SCRATCH, "TMPDIR": SCRATCH, "LANG": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
-    def probe(self, timeout_s: float = 60.0):
-        "Start the sandbox once with a trivial command; IsolationUnavailable naming what failed if it does not come up."
-        try: p = subprocess.run(self.command([sys.executable, "-I", "-c", "print('sandbox ok')"]), capture_output=True, text=True,
-                                timeout=timeout_s, env=self.env())
-        except subprocess.TimeoutExpired: raise IsolationUnavailable(f"cannot isolate the agent: the sandbox did not start within {timeout_s:g} s") from None
-        if p.returncode == 0 and p.stdout.strip() == "sandbox ok": return
-        err = (p.stderr or p.stdout).strip()[-600:]
-        hint = ""
-        if "namespace" in err.lower() or "operation not permitted" in err.lower():
-            hint = (" This kernel refuses the namespaces bubblewrap needs (user namespaces: sysctl user.max_user_namespaces, "
-                    "kernel.unprivileged_userns_clone=1, or AppArmor's kernel.apparmor_restrict_unprivileged_userns=0; in a container, "
-                    "one started with user namespaces allowed).")
-        raise IsolationUnavailable(f"cannot isolate the agent: the sandbox failed to start (exit {p.returncode}): {err or 'no message'}.{hint} "
-                                   f"Pass --no-isolation only for a file you trust.")
+# %% ../../nbs/02_arena_traces/09_isolation.ipynb #ac2e9183
+@patch
+def command(self: Sandbox, inner: list[str]) -> list[str]:
+    "The full command line that runs `inner` (a path inside the sandbox first) in the sandbox."
+    pre, binds = [], []
+    for i, (src, dest) in enumerate(self.binds):
+        if self.root:  # bwrap runs as uid 65534 and could not open e.g. /root/.pyenv: it binds the staged mount point instead
+            m = self.stage / f"m{i}"
+            m.mkdir(mode=0o755, exist_ok=True)
+            pre += [src, str(m)]
+            src = str(m)
+        binds += ["--ro-bind", src, dest]
+    for link in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):  # merged-/usr systems link these into /usr
+        if os.path.islink(link): binds += ["--symlink", os.readlink(link), link]
+        elif os.path.isdir(link): binds += ["--ro-bind", link, link]
+    bw = [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
+          "--hostname", "sandbox", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+          # the scratch tmpfs first: a venv that lives under /tmp (a clone in /tmp) is bound on top of it, not hidden beneath it
+          "--size", str(self.limits.scratch_mb << 20), "--tmpfs", SCRATCH, "--ro-bind", "/usr", "/usr", *binds,
+          "--ro-bind", str(self.stage / "agent"), AGENT_DIR, "--ro-bind", str(self.stage / "compat"), COMPAT_DIR,
+          "--ro-bind", str(self.run_dir), RUN_DIR, "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/", "--remount-ro", "/dev", "--chdir", AGENT_DIR, "--", *inner]
+    if not self.root: return bw
+    drop = ["setpriv", f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups", "--bounding-set=-all", "--inh-caps=-all", "--"]
+    return ["unshare", "--mount", "--propagation", "private", "--", shutil.which("sh"), "-c", _STAGE_MOUNTS, "sh", *pre, "--", *drop, *bw]
 
-    def describe(self, timeout_s: float) -> str:
-        r = self.limits.rlimits(timeout_s)
-        return (f"bubblewrap sandbox: uid {SANDBOX_UID}{' (bwrap dropped from root)' if self.root else ''}, own user/PID/network/mount namespaces, "
-                f"read-only /usr, Python and /agent, {self.limits.scratch_mb} MiB /tmp; limits: {self.limits.address_space_mb} MiB address space, "
-                f"{r['RLIMIT_CPU']} CPU s, {self.limits.processes} tasks, {self.limits.file_size_mb} MiB files, {self.limits.open_files} open files; "
-                f"network: the proxy's Unix socket only")
+# %% ../../nbs/02_arena_traces/09_isolation.ipynb #e51c7994
+@patch
+def probe(self: Sandbox, timeout_s: float = 60.0):
+    "Start the sandbox once with a trivial command; IsolationUnavailable naming what failed if it does not come up."
+    try: p = subprocess.run(self.command([sys.executable, "-I", "-c", "print('sandbox ok')"]), capture_output=True, text=True,
+                            timeout=timeout_s, env=self.env())
+    except subprocess.TimeoutExpired: raise IsolationUnavailable(f"cannot isolate the agent: the sandbox did not start within {timeout_s:g} s") from None
+    if p.returncode == 0 and p.stdout.strip() == "sandbox ok": return
+    err = (p.stderr or p.stdout).strip()[-600:]
+    hint = ""
+    if "namespace" in err.lower() or "operation not permitted" in err.lower():
+        hint = (" This kernel refuses the namespaces bubblewrap needs (user namespaces: sysctl user.max_user_namespaces, "
+                "kernel.unprivileged_userns_clone=1, or AppArmor's kernel.apparmor_restrict_unprivileged_userns=0; in a container, "
+                "one started with user namespaces allowed).")
+    raise IsolationUnavailable(f"cannot isolate the agent: the sandbox failed to start (exit {p.returncode}): {err or 'no message'}.{hint} "
+                               f"Pass --no-isolation only for a file you trust.")
 
-    def close(self): shutil.rmtree(self.stage, ignore_errors=True)
+
+@patch
+def describe(self: Sandbox, timeout_s: float) -> str:
+    r = self.limits.rlimits(timeout_s)
+    return (f"bubblewrap sandbox: uid {SANDBOX_UID}{' (bwrap dropped from root)' if self.root else ''}, own user/PID/network/mount namespaces, "
+            f"read-only /usr, Python and /agent, {self.limits.scratch_mb} MiB /tmp; limits: {self.limits.address_space_mb} MiB address space, "
+            f"{r['RLIMIT_CPU']} CPU s, {self.limits.processes} tasks, {self.limits.file_size_mb} MiB files, {self.limits.open_files} open files; "
+            f"network: the proxy's Unix socket only")
+
+
+@patch
+def close(self: Sandbox): shutil.rmtree(self.stage, ignore_errors=True)
 
 # %% ../../nbs/02_arena_traces/09_isolation.ipynb #42cb019e
 def isolation_problem(bwrap: str = "bwrap") -> str | None:

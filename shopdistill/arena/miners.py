@@ -16,6 +16,7 @@ from .paraphrase import voucher_block
 from .tool_client import current_client, episode_env
 from ..sandbox.reference_agent import Item, ReferenceAgent, match_score, parse_price, parse_services, split_items
 from ..sandbox.tools import call_tool, episode_state
+from fastcore.basics import patch
 
 # %% ../../nbs/02_arena_traces/02_miners.ipynb #844698d6
 STYLES = ("agentic", "subtask", "decoy")
@@ -157,7 +158,13 @@ def _result_words(products: list, query: str) -> list[str]:
         out += [w for w in re.findall(r"[a-z]{4,}", str(p.get("title", "")).lower()) if w not in q]
     return list(dict.fromkeys(out))
 
-# %% ../../nbs/02_arena_traces/02_miners.ipynb #51fb2e47
+
+def _json_list(text) -> list:
+    try: out = json.loads(text)
+    except (TypeError, ValueError): return []
+    return out if isinstance(out, list) else []
+
+# %% ../../nbs/02_arena_traces/02_miners.ipynb #c37c2300
 class AgenticRun:
     "One problem solved by a simulated tool-calling model with the skills of `spec`."
     MISTAKE_WEIGHTS = {"wrong_order": 0.5, "loop": 0.5, "malformed_json": 0.6, "list_for_string": 0.35, "no_terminate": 0.5,
@@ -187,197 +194,208 @@ class AgenticRun:
                                            "I will proceed step by step and verify what I find."])
         return text
 
-    # ---- one model step: think, call, observe --------------------------------------------------------
-    def step(self, think: str, calls: list, response: str = "", raw: str | None = None) -> list[str]:
-        "The model writes `think` and `calls` (one inference call); the env runs the calls; the step is recorded."
-        if episode_state(self.env)["done"] and calls: return []
-        if raw is None and self.pending: think, self.pending = f"{self.pending} {think}".strip(), ""
-        text = raw if raw is not None else render_content(think, calls, response)
-        prompt = f"[system] You are a shopping assistant with tools.\n[user] {self.query}\n[step {self.n}] {self.last_obs[:400]}"
-        hidden = int(self.spec.skill("verbosity", 0.5) * self.rng.uniform(20, 250))  # a reasoning model thinks before it writes
-        self.client.simulate_inference(prompt, text, tokens_per_s=self.speed, reasoning_tokens=hidden)
-        obs = [call_tool(self.env, c["name"], c["parameters"]) for c in calls]
-        self.client.record_step(think=think, tool_calls=[{**c, "result": o} for c, o in zip(calls, obs)], response=response,
-                                reasoning_content=think, content=raw)
-        self.n += 1
-        if obs: self.last_obs = obs[-1]
-        return obs
+# %% ../../nbs/02_arena_traces/02_miners.ipynb #2222f6a7
+@patch
+def step(self: AgenticRun, think: str, calls: list, response: str = "", raw: str | None = None) -> list[str]:
+    "The model writes `think` and `calls` (one inference call); the env runs the calls; the step is recorded."
+    if episode_state(self.env)["done"] and calls: return []
+    if raw is None and self.pending: think, self.pending = f"{self.pending} {think}".strip(), ""
+    text = raw if raw is not None else render_content(think, calls, response)
+    prompt = f"[system] You are a shopping assistant with tools.\n[user] {self.query}\n[step {self.n}] {self.last_obs[:400]}"
+    hidden = int(self.spec.skill("verbosity", 0.5) * self.rng.uniform(20, 250))  # a reasoning model thinks before it writes
+    self.client.simulate_inference(prompt, text, tokens_per_s=self.speed, reasoning_tokens=hidden)
+    obs = [call_tool(self.env, c["name"], c["parameters"]) for c in calls]
+    self.client.record_step(think=think, tool_calls=[{**c, "result": o} for c, o in zip(calls, obs)], response=response,
+                            reasoning_content=think, content=raw)
+    self.n += 1
+    if obs: self.last_obs = obs[-1]
+    return obs
 
-    def search(self, q: str, item: Item, think: str, **extra) -> list[dict]:
-        args = {"q": q, **extra}
-        if self.chance("filters"):
-            if item.price: args["price"] = item.price
-            if item.service: args["service"] = ",".join(item.service)
-        if "malformed_json" in self.mistakes:
-            self.mistakes.discard("malformed_json")
-            raw_args = json.dumps(args, ensure_ascii=False)[:-1]  # the closing brace is lost
-            raw = f'<think>{think}</think>\n<tool_call>[{{"name": "find_product", "parameters": {raw_args}]</tool_call>\n<response></response>'
-            self.step(think, [{"name": "find_product", "parameters": raw_args}], raw=raw)
-            think = "The tool call was not valid JSON; let me write it again."
-        obs = self.step(think, [{"name": "find_product", "parameters": args}])
-        hits = _json_list(obs[0]) if obs else []
-        if "loop" in self.mistakes:
-            for _ in range(self.rng.randint(2, 6)):
-                if episode_state(self.env)["done"]: break
-                self.step(self.rng.choice(["Let me search again to be sure.", "I should run that search once more.",
-                                           "Searching again."]), [{"name": "find_product", "parameters": args}])
-            self.mistakes.discard("loop")
-        return hits
 
-    # ---- what the model writes about results --------------------------------------------------------
-    def about(self, hits: list[dict], q: str) -> str:
-        "A thought about search results, as grounded and specific as this problem's model writes."
-        if not hits: return f"No results for '{q}'."
-        if not self.ground:
-            return self.rng.choice(["I got some results. Let me continue.", "Okay, there are results; moving on.",
-                                    "The search worked. Let me think about the next step."])
-        if not self.specific:
-            ws = _result_words(hits[:1], self.query)[:3]
-            return f"The results look relevant: several {' and '.join(ws) or 'similar'} listings came back."
-        top = hits[0]
-        return (f"The top result is {top['product_id']}, '{_short(top['title'])}' at {_fmt_price(top['price'])} PHP from shop "
-                f"{top['shop_id']}" + (f"; next is {hits[1]['product_id']} at {_fmt_price(hits[1]['price'])} PHP." if len(hits) > 1 else "."))
-
-    def comparison(self, item: Item, a: dict, b: dict) -> str:
-        "Two candidates and a reason to prefer the first."
-        kw = [w for w in item.keywords if w in set(re.findall(r"[a-z0-9]+", json.dumps(a).lower()))
-              and w not in set(re.findall(r"[a-z0-9]+", json.dumps(b).lower()))]
-        if kw: reason = f"it matches '{kw[0]}', which {b['product_id']} does not"
-        elif float(a.get("price", 0)) <= float(b.get("price", 0)): reason = "it matches as well and is cheaper"
-        else: reason = "it covers more of the request's words"
-        return (f"Comparing {a['product_id']} ('{_short(a['title'], 5)}', {_fmt_price(a['price'])} PHP) with {b['product_id']} "
-                f"('{_short(b['title'], 5)}', {_fmt_price(b['price'])} PHP): I prefer {a['product_id']} because {reason}.")
-
-    # ---- solving -------------------------------------------------------------------------------------
-    def formulate(self, item: Item) -> str:
-        "A good query is the item's content words; a sloppy one keeps filler and prices, or drops half the words."
-        kw = item.keywords
-        if self.chance("query") and kw: return " ".join(kw)
-        sloppy = self.rng.random()
-        if sloppy < 0.4: return item.text.strip()[:70]  # the request's own words, filler and prices included
-        if sloppy < 0.7 and kw: return " ".join(self.rng.sample(kw, max(1, len(kw) // 2)))
-        return " ".join((kw or item.text.split())[:2] + ["best", "cheap"])
-
-    def candidates(self, item: Item, idx: int, **extra) -> list[dict]:
-        "Search (and maybe page on, reformulate and inspect) for one item; candidates best first, as this model ranks them."
-        q = self.formulate(item)
-        intro = (f"Item {idx + 1}: " if idx else "") + f"I'll search for '{q}'."
-        if self.ground and idx == 0 and self.n == 0: intro = self.opening() + " " + intro
-        hits = self.search(q, item, self.pad(intro), **extra)
-        if len(hits) == 10 and self.chance("inspect"):
-            hits += self.search(q, item, "A full page; let me see the next one too.", page=2, **extra)
-        words_, tries = q.split(), 0
-        while len(hits) < 3 and len(words_) > 2 and tries < 2 and self.chance("reformulate"):
-            words_, tries = words_[: max(2, len(words_) * 2 // 3)], tries + 1
-            q2 = " ".join(words_)
-            hits += [h for h in self.search(q2, item, f"Only {len(hits)} results for '{q}'. Trying the broader '{q2}'.", **extra)
-                     if h["product_id"] not in {x["product_id"] for x in hits}]
-        if not hits: return []
-        info = {}
-        if self.chance("inspect") and not episode_state(self.env)["done"]:
-            ids = [h["product_id"] for h in hits[: 4 + round(6 * self.spec.skill("inspect", 0.5))]]
-            arg = ids if "list_for_string" in self.mistakes and self.rng.random() < 0.3 else ",".join(ids)
-            obs = self.step(self.about(hits, q) + " Let me check the details of the top candidates.",
-                            [{"name": "view_product_information", "parameters": {"product_ids": arg}}])
-            info = {d["product_id"]: d for d in _json_list(obs[0])} if obs else {}
-        elif self.ground:
-            self.pending = f"{self.pending} {self.about(hits, q)}".strip()
-        ranked = [{**h, **info.get(h["product_id"], {})} for h in hits]
-        if self.chance("select"):
-            order = sorted(range(len(ranked)), key=lambda r: -match_score(item, ranked[r]) + 1e-4 * r)
-            ranked = [ranked[r] for r in order]
-        return ranked
-
-    def opening(self) -> str:
-        items, v = read_request(self.query)
-        s = f"The user wants {len(items)} product(s)."
-        price = parse_price(self.query)
-        if price: s += f" Price range: {price} PHP."
-        if v: s += f" Budget {_fmt_price(v['budget'])} PHP with a {v['type'] or 'voucher'} discount."
-        return s
-
-    def run(self) -> list:
-        if self.chance("comprehension"):
-            texts, voucher = read_request(self.query)
-            items = [Item(t, read_price(t), read_services(t)) for t in texts]
-        else:  # a misreading: the items taken as the harness's regular expressions take them, the budget only in upstream's wording
-            texts, voucher = split_items(self.query), (read_voucher(self.query) if "budget is only" in self.query else None)
-            items = [Item(t, parse_price(t), parse_services(t)) for t in texts]
-        self.items = items
-        picks, cands = [], []
-        for i, it in enumerate(items):
+@patch
+def search(self: AgenticRun, q: str, item: Item, think: str, **extra) -> list[dict]:
+    args = {"q": q, **extra}
+    if self.chance("filters"):
+        if item.price: args["price"] = item.price
+        if item.service: args["service"] = ",".join(item.service)
+    if "malformed_json" in self.mistakes:
+        self.mistakes.discard("malformed_json")
+        raw_args = json.dumps(args, ensure_ascii=False)[:-1]  # the closing brace is lost
+        raw = f'<think>{think}</think>\n<tool_call>[{{"name": "find_product", "parameters": {raw_args}]</tool_call>\n<response></response>'
+        self.step(think, [{"name": "find_product", "parameters": raw_args}], raw=raw)
+        think = "The tool call was not valid JSON; let me write it again."
+    obs = self.step(think, [{"name": "find_product", "parameters": args}])
+    hits = _json_list(obs[0]) if obs else []
+    if "loop" in self.mistakes:
+        for _ in range(self.rng.randint(2, 6)):
             if episode_state(self.env)["done"]: break
-            c = self.candidates(it, i)
-            cands.append(c)
-            picks.append(c[0] if c else None)
-            if self.compare and len(c) >= 2:
-                self.pending = f"{self.pending} {self.comparison(it, c[0], c[1])}".strip()
-        multi = len(items) > 1
-        one_shop = self.problem.get("category") == "shop" or "shop" in self.query.lower() or (voucher and voucher["same_shop"])
-        if multi and picks and picks[0] and one_shop and self.chance("shop"):
-            picks = self.same_shop(items, cands, picks)
-        if voucher and all(picks) and self.chance("budget"):
-            picks = self.fit_budget(cands, picks, voucher)
-        ids = [p["product_id"] for p in picks if p]
-        if "wrong_order" in self.mistakes and len(ids) > 1: ids = ids[::-1]
-        if not ids or episode_state(self.env)["done"]:
-            if episode_state(self.env)["done"]: return self.client.steps
-            self.step("I could not find a suitable product.", [{"name": "terminate", "parameters": {"status": "failure"}}],
-                      "Sorry, I could not find a matching product.")
-            return self.client.steps
-        if "think_then_stop" in self.mistakes:  # the model reasons its way to an answer and never gives it
-            think = f"{self.pending} {ids[0]} looks like the best match.".strip()
-            self.client.simulate_inference(self.query[:200], f"<think>{think}</think>", tokens_per_s=self.speed)
-            self.client.record_step(think=think, reasoning_content=think, content=f"<think>{think}</think>")
-            return self.client.steps
-        arg = ids if "list_for_string" in self.mistakes else ",".join(ids)
-        self.step(self.pad(f"I'll recommend {', '.join(ids)}."), [{"name": "recommend_product", "parameters": {"product_ids": arg}}])
-        if "no_terminate" not in self.mistakes:
-            self.step("The recommendation is made; ending the episode.", [{"name": "terminate", "parameters": {"status": "success"}}],
-                      f"I recommend {', '.join(ids)}.")
+            self.step(self.rng.choice(["Let me search again to be sure.", "I should run that search once more.",
+                                       "Searching again."]), [{"name": "find_product", "parameters": args}])
+        self.mistakes.discard("loop")
+    return hits
+
+# %% ../../nbs/02_arena_traces/02_miners.ipynb #90a8dbf7
+@patch
+def about(self: AgenticRun, hits: list[dict], q: str) -> str:
+    "A thought about search results, as grounded and specific as this problem's model writes."
+    if not hits: return f"No results for '{q}'."
+    if not self.ground:
+        return self.rng.choice(["I got some results. Let me continue.", "Okay, there are results; moving on.",
+                                "The search worked. Let me think about the next step."])
+    if not self.specific:
+        ws = _result_words(hits[:1], self.query)[:3]
+        return f"The results look relevant: several {' and '.join(ws) or 'similar'} listings came back."
+    top = hits[0]
+    return (f"The top result is {top['product_id']}, '{_short(top['title'])}' at {_fmt_price(top['price'])} PHP from shop "
+            f"{top['shop_id']}" + (f"; next is {hits[1]['product_id']} at {_fmt_price(hits[1]['price'])} PHP." if len(hits) > 1 else "."))
+
+
+@patch
+def comparison(self: AgenticRun, item: Item, a: dict, b: dict) -> str:
+    "Two candidates and a reason to prefer the first."
+    kw = [w for w in item.keywords if w in set(re.findall(r"[a-z0-9]+", json.dumps(a).lower()))
+          and w not in set(re.findall(r"[a-z0-9]+", json.dumps(b).lower()))]
+    if kw: reason = f"it matches '{kw[0]}', which {b['product_id']} does not"
+    elif float(a.get("price", 0)) <= float(b.get("price", 0)): reason = "it matches as well and is cheaper"
+    else: reason = "it covers more of the request's words"
+    return (f"Comparing {a['product_id']} ('{_short(a['title'], 5)}', {_fmt_price(a['price'])} PHP) with {b['product_id']} "
+            f"('{_short(b['title'], 5)}', {_fmt_price(b['price'])} PHP): I prefer {a['product_id']} because {reason}.")
+
+# %% ../../nbs/02_arena_traces/02_miners.ipynb #e61fa376
+@patch
+def formulate(self: AgenticRun, item: Item) -> str:
+    "A good query is the item's content words; a sloppy one keeps filler and prices, or drops half the words."
+    kw = item.keywords
+    if self.chance("query") and kw: return " ".join(kw)
+    sloppy = self.rng.random()
+    if sloppy < 0.4: return item.text.strip()[:70]  # the request's own words, filler and prices included
+    if sloppy < 0.7 and kw: return " ".join(self.rng.sample(kw, max(1, len(kw) // 2)))
+    return " ".join((kw or item.text.split())[:2] + ["best", "cheap"])
+
+
+@patch
+def candidates(self: AgenticRun, item: Item, idx: int, **extra) -> list[dict]:
+    "Search (and maybe page on, reformulate and inspect) for one item; candidates best first, as this model ranks them."
+    q = self.formulate(item)
+    intro = (f"Item {idx + 1}: " if idx else "") + f"I'll search for '{q}'."
+    if self.ground and idx == 0 and self.n == 0: intro = self.opening() + " " + intro
+    hits = self.search(q, item, self.pad(intro), **extra)
+    if len(hits) == 10 and self.chance("inspect"):
+        hits += self.search(q, item, "A full page; let me see the next one too.", page=2, **extra)
+    words_, tries = q.split(), 0
+    while len(hits) < 3 and len(words_) > 2 and tries < 2 and self.chance("reformulate"):
+        words_, tries = words_[: max(2, len(words_) * 2 // 3)], tries + 1
+        q2 = " ".join(words_)
+        hits += [h for h in self.search(q2, item, f"Only {len(hits)} results for '{q}'. Trying the broader '{q2}'.", **extra)
+                 if h["product_id"] not in {x["product_id"] for x in hits}]
+    if not hits: return []
+    info = {}
+    if self.chance("inspect") and not episode_state(self.env)["done"]:
+        ids = [h["product_id"] for h in hits[: 4 + round(6 * self.spec.skill("inspect", 0.5))]]
+        arg = ids if "list_for_string" in self.mistakes and self.rng.random() < 0.3 else ",".join(ids)
+        obs = self.step(self.about(hits, q) + " Let me check the details of the top candidates.",
+                        [{"name": "view_product_information", "parameters": {"product_ids": arg}}])
+        info = {d["product_id"]: d for d in _json_list(obs[0])} if obs else {}
+    elif self.ground:
+        self.pending = f"{self.pending} {self.about(hits, q)}".strip()
+    ranked = [{**h, **info.get(h["product_id"], {})} for h in hits]
+    if self.chance("select"):
+        order = sorted(range(len(ranked)), key=lambda r: -match_score(item, ranked[r]) + 1e-4 * r)
+        ranked = [ranked[r] for r in order]
+    return ranked
+
+
+@patch
+def opening(self: AgenticRun) -> str:
+    items, v = read_request(self.query)
+    s = f"The user wants {len(items)} product(s)."
+    price = parse_price(self.query)
+    if price: s += f" Price range: {price} PHP."
+    if v: s += f" Budget {_fmt_price(v['budget'])} PHP with a {v['type'] or 'voucher'} discount."
+    return s
+
+# %% ../../nbs/02_arena_traces/02_miners.ipynb #73bfa731
+@patch
+def run(self: AgenticRun) -> list:
+    if self.chance("comprehension"):
+        texts, voucher = read_request(self.query)
+        items = [Item(t, read_price(t), read_services(t)) for t in texts]
+    else:  # a misreading: the items taken as the harness's regular expressions take them, the budget only in upstream's wording
+        texts, voucher = split_items(self.query), (read_voucher(self.query) if "budget is only" in self.query else None)
+        items = [Item(t, parse_price(t), parse_services(t)) for t in texts]
+    self.items = items
+    picks, cands = [], []
+    for i, it in enumerate(items):
+        if episode_state(self.env)["done"]: break
+        c = self.candidates(it, i)
+        cands.append(c)
+        picks.append(c[0] if c else None)
+        if self.compare and len(c) >= 2:
+            self.pending = f"{self.pending} {self.comparison(it, c[0], c[1])}".strip()
+    multi = len(items) > 1
+    one_shop = self.problem.get("category") == "shop" or "shop" in self.query.lower() or (voucher and voucher["same_shop"])
+    if multi and picks and picks[0] and one_shop and self.chance("shop"):
+        picks = self.same_shop(items, cands, picks)
+    if voucher and all(picks) and self.chance("budget"):
+        picks = self.fit_budget(cands, picks, voucher)
+    ids = [p["product_id"] for p in picks if p]
+    if "wrong_order" in self.mistakes and len(ids) > 1: ids = ids[::-1]
+    if not ids or episode_state(self.env)["done"]:
+        if episode_state(self.env)["done"]: return self.client.steps
+        self.step("I could not find a suitable product.", [{"name": "terminate", "parameters": {"status": "failure"}}],
+                  "Sorry, I could not find a matching product.")
         return self.client.steps
+    if "think_then_stop" in self.mistakes:  # the model reasons its way to an answer and never gives it
+        think = f"{self.pending} {ids[0]} looks like the best match.".strip()
+        self.client.simulate_inference(self.query[:200], f"<think>{think}</think>", tokens_per_s=self.speed)
+        self.client.record_step(think=think, reasoning_content=think, content=f"<think>{think}</think>")
+        return self.client.steps
+    arg = ids if "list_for_string" in self.mistakes else ",".join(ids)
+    self.step(self.pad(f"I'll recommend {', '.join(ids)}."), [{"name": "recommend_product", "parameters": {"product_ids": arg}}])
+    if "no_terminate" not in self.mistakes:
+        self.step("The recommendation is made; ending the episode.", [{"name": "terminate", "parameters": {"status": "success"}}],
+                  f"I recommend {', '.join(ids)}.")
+    return self.client.steps
 
-    def same_shop(self, items, cands, picks):
-        "Keep every item in one shop: a shop all candidate lists share, else shop-filtered searches in the first item's best shops."
-        scored = [{p["shop_id"]: (match_score(it, p), p) for p in reversed(c)} for it, c in zip(items, cands)]
-        if len(scored) == len(items) and all(scored):
-            common = set(scored[0]).intersection(*scored[1:])
-            if common:
-                best = max(sorted(common), key=lambda sh: sum(d[sh][0] for d in scored))
-                self.pending += f" Shop {best} sells a candidate for every item." if self.specific else " One shop sells all the items."
-                return [d[best][1] for d in scored]
-        for shop in list(dict.fromkeys(p["shop_id"] for p in cands[0]))[:3]:
-            out = [scored[0][shop][1]]
-            for i, it in enumerate(items[1:], start=1):
-                if episode_state(self.env)["done"]: return picks
-                hits = self.search(" ".join(it.keywords) or it.text[:40], it, f"Does shop {shop} also sell item {i + 1}?", shop_id=shop)
-                if not hits: break
-                out.append(sorted(hits, key=lambda p: -match_score(it, p))[0])
-            if len(out) == len(items): return out
+# %% ../../nbs/02_arena_traces/02_miners.ipynb #194dec46
+@patch
+def same_shop(self: AgenticRun, items, cands, picks):
+    "Keep every item in one shop: a shop all candidate lists share, else shop-filtered searches in the first item's best shops."
+    scored = [{p["shop_id"]: (match_score(it, p), p) for p in reversed(c)} for it, c in zip(items, cands)]
+    if len(scored) == len(items) and all(scored):
+        common = set(scored[0]).intersection(*scored[1:])
+        if common:
+            best = max(sorted(common), key=lambda sh: sum(d[sh][0] for d in scored))
+            self.pending += f" Shop {best} sells a candidate for every item." if self.specific else " One shop sells all the items."
+            return [d[best][1] for d in scored]
+    for shop in list(dict.fromkeys(p["shop_id"] for p in cands[0]))[:3]:
+        out = [scored[0][shop][1]]
+        for i, it in enumerate(items[1:], start=1):
+            if episode_state(self.env)["done"]: return picks
+            hits = self.search(" ".join(it.keywords) or it.text[:40], it, f"Does shop {shop} also sell item {i + 1}?", shop_id=shop)
+            if not hits: break
+            out.append(sorted(hits, key=lambda p: -match_score(it, p))[0])
+        if len(out) == len(items): return out
+    return picks
+
+
+@patch
+def fit_budget(self: AgenticRun, cands, picks, voucher):
+    "Over budget after the voucher: swap in the cheapest equally matching candidates."
+    def after(ps): return basket_cost([p["price"] for p in ps], len({p["shop_id"] for p in ps}), voucher)
+    cost = after(picks)
+    if cost <= voucher["budget"]:
+        self.pending += f" The basket costs {_fmt_price(cost)} PHP after the voucher, within the {_fmt_price(voucher['budget'])} budget."
         return picks
-
-    def fit_budget(self, cands, picks, voucher):
-        "Over budget after the voucher: swap in the cheapest equally matching candidates."
-        def after(ps): return basket_cost([p["price"] for p in ps], len({p["shop_id"] for p in ps}), voucher)
-        cost = after(picks)
-        if cost <= voucher["budget"]:
-            self.pending += f" The basket costs {_fmt_price(cost)} PHP after the voucher, within the {_fmt_price(voucher['budget'])} budget."
-            return picks
-        items = self.items
-        out = list(picks)
-        for i, (it, c) in enumerate(zip(items, cands)):
-            if not c: continue
-            top = match_score(it, c[0])
-            same = [p for p in c if match_score(it, p) >= top - 1e-3 and (not voucher["same_shop"] or p["shop_id"] == out[i]["shop_id"])]
-            if same: out[i] = min(same, key=lambda p: float(p["price"]))
-        self.pending += f" {_fmt_price(cost)} PHP is over the {_fmt_price(voucher['budget'])} budget; cheaper equal matches bring it to {_fmt_price(after(out))} PHP."
-        return out
-
-# %% ../../nbs/02_arena_traces/02_miners.ipynb #c1f0d0b5
-def _json_list(text) -> list:
-    try: out = json.loads(text)
-    except (TypeError, ValueError): return []
-    return out if isinstance(out, list) else []
+    items = self.items
+    out = list(picks)
+    for i, (it, c) in enumerate(zip(items, cands)):
+        if not c: continue
+        top = match_score(it, c[0])
+        same = [p for p in c if match_score(it, p) >= top - 1e-3 and (not voucher["same_shop"] or p["shop_id"] == out[i]["shop_id"])]
+        if same: out[i] = min(same, key=lambda p: float(p["price"]))
+    self.pending += f" {_fmt_price(cost)} PHP is over the {_fmt_price(voucher['budget'])} budget; cheaper equal matches bring it to {_fmt_price(after(out))} PHP."
+    return out
 
 # %% ../../nbs/02_arena_traces/02_miners.ipynb #0d0d5ef5
 class _Harness(ReferenceAgent):

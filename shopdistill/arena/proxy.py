@@ -12,11 +12,13 @@ import socketserver
 import threading
 import time
 import urllib.error
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 from .envelope import INFERENCE_PATH
 from .tool_client import ProxyLog, count_tokens, stub_model_reply
 from ..sandbox.server import answer
+from fastcore.basics import patch
 
 # %% ../../nbs/02_arena_traces/07_proxy.ipynb #6f8d8ae3
 SEARCH_ROUTES = ("/find_product", "/view_product_information", "/get_product_raw")
@@ -78,7 +80,7 @@ class _UnixHTTPServer(socketserver.ThreadingUnixStreamServer):
         conn, _ = self.socket.accept()
         return conn, ("sandbox", 0)  # BaseHTTPRequestHandler expects a (host, port) client address
 
-# %% ../../nbs/02_arena_traces/07_proxy.ipynb #24fcbb2e
+# %% ../../nbs/02_arena_traces/07_proxy.ipynb #04c854d1
 class ProxyServer:
     """The proxy of a run-agent session: the search routes (bare, or under SN15's /search/) and the model route, every call
     logged with its problem's token. The model is the sandbox's stub unless `model_url` names an OpenAI-compatible endpoint
@@ -112,33 +114,43 @@ class ProxyServer:
 
     def _handler(self, token): return type("Handler", (_ProxyHandler,), {"proxy": self, "token": token})
 
-    def start(self, host: str = "127.0.0.1") -> str:
-        "Serve on a free loopback port (the --no-isolation child's proxy); returns its URL."
-        self.httpd = ThreadingHTTPServer((host, 0), self._handler(None))
-        self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        self.url = f"http://{host}:{self.httpd.server_address[1]}"
-        return self.url
+# %% ../../nbs/02_arena_traces/07_proxy.ipynb #0117e421
+@patch
+def start(self: ProxyServer, host: str = "127.0.0.1") -> str:
+    "Serve on a free loopback port (the --no-isolation child's proxy); returns its URL."
+    self.httpd = ThreadingHTTPServer((host, 0), self._handler(None))
+    self.httpd.daemon_threads = True
+    threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+    self.url = f"http://{host}:{self.httpd.server_address[1]}"
+    return self.url
 
-    def listen_unix(self, path, token: str, owner: int | None = None) -> str:
-        "Serve one problem on a Unix socket at `path` (the sandbox's only way out); every call on it is logged under `token`."
-        path = str(path)
-        if os.path.exists(path): os.unlink(path)
-        srv = _UnixHTTPServer(path, self._handler(token))
-        if owner is not None: os.chown(path, owner, owner)  # the sandbox's uid connects; nobody else may
-        os.chmod(path, 0o600)
-        threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
-        self.unix[path] = srv
-        return path
 
-    def close_unix(self, path):
-        srv = self.unix.pop(str(path), None)
-        if srv: srv.shutdown(); srv.server_close()
-        if os.path.exists(str(path)): os.unlink(str(path))
+@patch
+def listen_unix(self: ProxyServer, path, token: str, owner: int | None = None) -> str:
+    "Serve one problem on a Unix socket at `path` (the sandbox's only way out); every call on it is logged under `token`."
+    path = str(path)
+    if os.path.exists(path): os.unlink(path)
+    srv = _UnixHTTPServer(path, self._handler(token))
+    if owner is not None: os.chown(path, owner, owner)  # the sandbox's uid connects; nobody else may
+    os.chmod(path, 0o600)
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+    self.unix[path] = srv
+    return path
 
-    def calls_for(self, token: str) -> list[dict]:
-        with self.lock: return [c for c in self.log.calls if c.get("token") == token]
 
-    def stop(self):
-        for p in list(self.unix): self.close_unix(p)
-        if self.httpd: self.httpd.shutdown(); self.httpd.server_close()
+@patch
+def close_unix(self: ProxyServer, path):
+    srv = self.unix.pop(str(path), None)
+    if srv: srv.shutdown(); srv.server_close()
+    if os.path.exists(str(path)): os.unlink(str(path))
+
+
+@patch
+def calls_for(self: ProxyServer, token: str) -> list[dict]:
+    with self.lock: return [c for c in self.log.calls if c.get("token") == token]
+
+
+@patch
+def stop(self: ProxyServer):
+    for p in list(self.unix): self.close_unix(p)
+    if self.httpd: self.httpd.shutdown(); self.httpd.server_close()

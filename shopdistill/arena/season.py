@@ -5,17 +5,20 @@
 # %% auto #0
 __all__ = ['SEASON_MODULES', 'ArenaTracesSettings', 'stable_seed', 'fake_hotkey', 'AgentVersion', 'initial_spec', 'improve',
            'copy_of', 'initial_population', 'race_bank', 'set_state', 'clear_state', 'run_work', 'Season', 'RowWriter',
-           'season_fingerprint', 'simulate_season']
+           'module_source', 'season_fingerprint', 'reused_season', 'write_bank', 'run_days', 'simulate_season']
 
 # %% ../../nbs/02_arena_traces/05_season.ipynb #6490c8b1
 import hashlib
+import importlib.util
 import json
+import multiprocessing
 import numpy as np
 import random
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from fastcore.basics import patch
 from .bank import build_bank
 from .clusters import leak_clusters
 from .envelope import make_envelope
@@ -25,11 +28,12 @@ from .pools import assign_pools, public_suite, race_problems
 from .rules import ArenaSettings, Entry, final_score, judge_coefficient, qualifiers, race_standings, race_winner, u16_weights, weight_vector
 from .tool_client import InProcessToolClient, ProxyLog, SearchCache, SimClock
 from .validator import Limits, gate_proxy_judge, problem_success, run_problem
-from ..sandbox.catalog import Catalog, generate_catalog, load_catalog
-from ..sandbox.search import SearchEngine
-from ..sandbox.task_synthesis import synthesize_tasks
-from ..sandbox.tasks import load_tasks
+from ..core.run import ArenaFolder, Run
+from ..sandbox.catalog import CatalogSettings
 from ..sandbox.profile import load_sandbox
+from ..sandbox.scoring import ScoringSettings
+from ..sandbox.search import SearchSettings
+from ..sandbox.tasks import TaskSettings
 
 # %% ../../nbs/02_arena_traces/05_season.ipynb #4fa37a07
 @dataclass(frozen=True)
@@ -219,7 +223,7 @@ def _day_ms(settings: ArenaTracesSettings, day: int, hours: float = 0.0) -> int:
     t0 = datetime.strptime(settings.season_start, "%Y-%m-%d").replace(tzinfo=timezone.utc).timestamp()
     return int((t0 + day * 86400 + hours * 3600) * 1000)
 
-# %% ../../nbs/02_arena_traces/05_season.ipynb #cecaf73f
+# %% ../../nbs/02_arena_traces/05_season.ipynb #d24ed9d5
 class Season:
     "The state of a season between days: versions, the incumbent, what is public, and the logs."
     def __init__(self, settings: ArenaTracesSettings, rules, bank, labels, pools, suites):
@@ -231,100 +235,122 @@ class Season:
         self.validators = [fake_hotkey(settings.seed, "validator", i) for i in range(settings.validators)]
         self.race_rows, self.weight_rows, self.label_rows = [], [], []
 
-    def submissions(self, day: int):
-        "Each miner may submit a new version: an improvement of its own agent or a copy of the best public one."
-        if day == 0: return
-        rng = random.Random(stable_seed(self.st.seed, "submit", day))
-        public = [vid for vid, d in self.eligible_day.items() if (day - d) * 24 >= self.st.embargo_h and vid in self.best_shown]
-        # `best_shown`: the best score a version has shown on the public leaderboard (qualifying or race)
-        for hotkey in sorted(self.latest, key=lambda h: self.versions[self.latest[h]].uid):
-            cur = self.versions[self.latest[hotkey]]
-            if rng.random() >= self.st.submit_rate.get(cur.spec.style, 0.2): continue
-            others = [vid for vid in public if self.versions[vid].hotkey != hotkey]
-            if others and rng.random() < self.st.copy_rate:
-                same = [vid for vid in others if self.versions[vid].spec.style == cur.spec.style]
-                loyal = 0.8 if cur.spec.style == "agentic" else 0.5  # model builders mostly copy models; others copy whatever wins
-                pool = same if same and rng.random() < loyal else others
-                src = max(pool, key=lambda vid: (self.best_shown[vid], vid))
-                spec, origin, parent = copy_of(self.versions[src].spec, rng), "copied", src
-            else: spec, origin, parent = improve(cur.spec, rng), "improved", cur.version_id
-            vid = f"v{len(self.versions) + 1:06d}"
-            self.versions[vid] = AgentVersion(vid, hotkey, cur.uid, spec, day, origin, parent)
-            self.latest[hotkey] = vid
+# %% ../../nbs/02_arena_traces/05_season.ipynb #3ace430a
+@patch
+def submissions(self: Season, day: int):
+    "Each miner may submit a new version: an improvement of its own agent or a copy of the best public one."
+    if day == 0: return
+    rng = random.Random(stable_seed(self.st.seed, "submit", day))
+    public = [vid for vid, d in self.eligible_day.items() if (day - d) * 24 >= self.st.embargo_h and vid in self.best_shown]
+    # `best_shown`: the best score a version has shown on the public leaderboard (qualifying or race)
+    for hotkey in sorted(self.latest, key=lambda h: self.versions[self.latest[h]].uid):
+        cur = self.versions[self.latest[hotkey]]
+        if rng.random() >= self.st.submit_rate.get(cur.spec.style, 0.2): continue
+        others = [vid for vid in public if self.versions[vid].hotkey != hotkey]
+        if others and rng.random() < self.st.copy_rate:
+            same = [vid for vid in others if self.versions[vid].spec.style == cur.spec.style]
+            loyal = 0.8 if cur.spec.style == "agentic" else 0.5  # model builders mostly copy models; others copy whatever wins
+            pool = same if same and rng.random() < loyal else others
+            src = max(pool, key=lambda vid: (self.best_shown[vid], vid))
+            spec, origin, parent = copy_of(self.versions[src].spec, rng), "copied", src
+        else: spec, origin, parent = improve(cur.spec, rng), "improved", cur.version_id
+        vid = f"v{len(self.versions) + 1:06d}"
+        self.versions[vid] = AgentVersion(vid, hotkey, cur.uid, spec, day, origin, parent)
+        self.latest[hotkey] = vid
 
-    def works(self, day: int, phase: str, version_ids: list, problem_ids: list, **info) -> list[dict]:
-        "The units of work of one phase: every version on every validator, in a fixed order."
-        base_h = 1.0 if phase == "qualifying" else 13.0
-        out = []
-        for i, vid in enumerate(version_ids):
-            for j, val in enumerate(self.validators):
-                out.append({"phase": phase, "day": day, "validator": val, "version": self.versions[vid], "problem_ids": problem_ids,
-                            "start_ms": _day_ms(self.st, day, base_h + (i * len(self.validators) + j) * 0.05),
-                            "seed": stable_seed(self.st.seed, day, phase, j, vid), **info})
-        return out
+# %% ../../nbs/02_arena_traces/05_season.ipynb #d7a84ed2
+@patch
+def works(self: Season, day: int, phase: str, version_ids: list, problem_ids: list, **info) -> list[dict]:
+    "The units of work of one phase: every version on every validator, in a fixed order."
+    base_h = 1.0 if phase == "qualifying" else 13.0
+    out = []
+    for i, vid in enumerate(version_ids):
+        for j, val in enumerate(self.validators):
+            out.append({"phase": phase, "day": day, "validator": val, "version": self.versions[vid], "problem_ids": problem_ids,
+                        "start_ms": _day_ms(self.st, day, base_h + (i * len(self.validators) + j) * 0.05),
+                        "seed": stable_seed(self.st.seed, day, phase, j, vid), **info})
+    return out
 
-    def run_phase(self, works: list, run_many, writer) -> dict:
-        "Run units of work (in order), write their envelopes, keep their labels; per-version scores."
-        by_run = {}
-        for w, (member, rows) in zip(works, run_many(works)):
-            writer.write(member, len(rows))
-            v = w["version"]
-            by_run[(v.version_id, w["validator"])] = rows
-            for r in rows:
-                self.label_rows.append({"trace_id": r["trace_id"], "style": v.spec.style, "variant": v.spec.variant,
-                                        "agent_version_id": v.version_id, "origin": v.origin, "phase": w["phase"], "day": w["day"],
-                                        "status": r["status"], "success": r["success"], "reasoning_quality": r["reasoning_quality"],
-                                        "steps": r["steps"], "inference_total": r["inference_total"]})
-        return _score_runs(by_run, self.st.eligible_runs)
 
-    def day(self, day: int, run_many, writer):
-        "One day: submissions, qualifying on the active suite, the race on the hidden bank, weights."
-        r, race_id = self.rules, f"race-{day + 1:03d}"
-        self.submissions(day)
-        suite = self.suites[min(day * len(self.suites) // max(1, self.st.days), len(self.suites) - 1)]
-        q_ids = sorted(set(self.latest.values()) | ({self.incumbent} if self.incumbent else set()))
-        qual = self.run_phase(self.works(day, "qualifying", q_ids, suite["problem_ids"], race_id=race_id,
-                                         suite_version=suite["version"], problem_seed=None), run_many, writer)
-        entries = []
-        for vid in q_ids:
-            self.best_shown[vid] = max(self.best_shown.get(vid, 0.0), qual[vid]["score"])
-            if qual[vid]["eligible"]:
-                self.eligible_day.setdefault(vid, day)
-                entries.append(Entry(self.versions[vid].hotkey, vid, qual[vid]["score"]))
-        inc = self.incumbent if self.incumbent in {e.version_id for e in entries} else None
-        quals = qualifiers(entries, r.qualify_fraction, incumbent=inc) if entries else []
-        seed = stable_seed(self.st.seed, "problem_seed", day) % 2**31
-        pids = race_problems(self.bank, self.pools, self.labels, seed, r.pools.race_problems)
-        res = self.run_phase(self.works(day, "race", [e.version_id for e in quals], pids, race_id=race_id, suite_version=None,
-                                        problem_seed=seed), run_many, writer) if quals else {}
-        race = [Entry(e.hotkey, e.version_id, res[e.version_id]["score"]) for e in quals]
-        now_h = day * 24 + 13.0
-        winner, dethroned, weights = None, False, {r.burn_uid: 65535}
-        if race:
-            winner, dethroned = race_winner(race, inc, now_h - self.crowned_h, r.margin)
-            if winner.version_id != self.incumbent: self.crowned_h = now_h
-            self.incumbent = winner.version_id
-            weights = u16_weights([self.versions[e.version_id].uid for e in race_standings(race, winner.version_id)],
-                                  r.weights_rule, r.winner_share, r.burn_uid)
-            for e in race: self.best_shown[e.version_id] = max(self.best_shown.get(e.version_id, 0.0), e.score)
-        n_uids = 1 + len({v.uid for v in self.versions.values()})
-        vec = weight_vector(weights, n_uids)
-        rank = {e.version_id: k + 1 for k, e in enumerate(race_standings(race, winner.version_id))} if race else {}
-        for phase, scores in (("qualifying", qual), ("race", res)):
-            for vid, sc in scores.items():
-                v = self.versions[vid]
-                self.race_rows.append({"race_id": race_id, "day": day, "phase": phase, "suite_version": suite["version"] if phase == "qualifying" else None,
-                                       "problem_seed": seed if phase == "race" else None, "hotkey": v.hotkey, "uid": v.uid, "agent_version_id": vid,
-                                       **sc, "qualified": vid in {e.version_id for e in quals}, "rank": rank.get(vid) if phase == "race" else None,
-                                       "winner": phase == "race" and winner is not None and vid == winner.version_id,
-                                       "dethroned": phase == "race" and winner is not None and vid == winner.version_id and dethroned,
-                                       "weight": vec[v.uid] if phase == "race" else None})
-        total = sum(vec)
-        hk = {v.uid: v.hotkey for v in self.versions.values()}
-        for uid, w in enumerate(vec):
-            if w: self.weight_rows.append({"race_id": race_id, "day": day, "uid": uid, "hotkey": hk.get(uid, "burn"), "weight": w, "share": w / total})
-        return {"day": day, "race_id": race_id, "qualifying_versions": len(q_ids), "qualifiers": len(quals),
-                "winner": winner.version_id if winner else None, "dethroned": dethroned}
+@patch
+def run_phase(self: Season, works: list, run_many, writer) -> dict:
+    "Run units of work (in order), write their envelopes, keep their labels; per-version scores."
+    by_run = {}
+    for w, (member, rows) in zip(works, run_many(works)):
+        writer.write(member, len(rows))
+        v = w["version"]
+        by_run[(v.version_id, w["validator"])] = rows
+        for r in rows:
+            self.label_rows.append({"trace_id": r["trace_id"], "style": v.spec.style, "variant": v.spec.variant,
+                                    "agent_version_id": v.version_id, "origin": v.origin, "phase": w["phase"], "day": w["day"],
+                                    "status": r["status"], "success": r["success"], "reasoning_quality": r["reasoning_quality"],
+                                    "steps": r["steps"], "inference_total": r["inference_total"]})
+    return _score_runs(by_run, self.st.eligible_runs)
+
+# %% ../../nbs/02_arena_traces/05_season.ipynb #d9480299
+@patch
+def qualify(self: Season, day: int, race_id: str, suite: dict, run_many, writer) -> tuple:
+    "Qualifying on the day's suite: (the versions that ran, their scores, the eligible ones as race entries)."
+    q_ids = sorted(set(self.latest.values()) | ({self.incumbent} if self.incumbent else set()))
+    qual = self.run_phase(self.works(day, "qualifying", q_ids, suite["problem_ids"], race_id=race_id,
+                                     suite_version=suite["version"], problem_seed=None), run_many, writer)
+    entries = []
+    for vid in q_ids:
+        self.best_shown[vid] = max(self.best_shown.get(vid, 0.0), qual[vid]["score"])
+        if qual[vid]["eligible"]:
+            self.eligible_day.setdefault(vid, day)
+            entries.append(Entry(self.versions[vid].hotkey, vid, qual[vid]["score"]))
+    return q_ids, qual, entries
+
+
+@patch
+def crown(self: Season, race: list, inc, day: int) -> tuple:
+    "(winner, dethroned, weights) of the day's race: the margin rule against the incumbent, then the standings' u16 weights."
+    r, now_h = self.rules, day * 24 + 13.0
+    winner, dethroned, weights = None, False, {r.burn_uid: 65535}
+    if race:
+        winner, dethroned = race_winner(race, inc, now_h - self.crowned_h, r.margin)
+        if winner.version_id != self.incumbent: self.crowned_h = now_h
+        self.incumbent = winner.version_id
+        weights = u16_weights([self.versions[e.version_id].uid for e in race_standings(race, winner.version_id)],
+                              r.weights_rule, r.winner_share, r.burn_uid)
+        for e in race: self.best_shown[e.version_id] = max(self.best_shown.get(e.version_id, 0.0), e.score)
+    return winner, dethroned, weights
+
+# %% ../../nbs/02_arena_traces/05_season.ipynb #57ec6d8b
+@patch
+def day(self: Season, day: int, run_many, writer):
+    "One day: submissions, qualifying on the active suite, the race on the hidden bank, weights."
+    r, race_id = self.rules, f"race-{day + 1:03d}"
+    self.submissions(day)
+    suite = self.suites[min(day * len(self.suites) // max(1, self.st.days), len(self.suites) - 1)]
+    q_ids, qual, entries = self.qualify(day, race_id, suite, run_many, writer)
+    inc = self.incumbent if self.incumbent in {e.version_id for e in entries} else None
+    quals = qualifiers(entries, r.qualify_fraction, incumbent=inc) if entries else []
+    seed = stable_seed(self.st.seed, "problem_seed", day) % 2**31
+    pids = race_problems(self.bank, self.pools, self.labels, seed, r.pools.race_problems)
+    res = self.run_phase(self.works(day, "race", [e.version_id for e in quals], pids, race_id=race_id, suite_version=None,
+                                    problem_seed=seed), run_many, writer) if quals else {}
+    race = [Entry(e.hotkey, e.version_id, res[e.version_id]["score"]) for e in quals]
+    winner, dethroned, weights = self.crown(race, inc, day)
+    n_uids = 1 + len({v.uid for v in self.versions.values()})
+    vec = weight_vector(weights, n_uids)
+    rank = {e.version_id: k + 1 for k, e in enumerate(race_standings(race, winner.version_id))} if race else {}
+    for phase, scores in (("qualifying", qual), ("race", res)):
+        for vid, sc in scores.items():
+            v = self.versions[vid]
+            self.race_rows.append({"race_id": race_id, "day": day, "phase": phase, "suite_version": suite["version"] if phase == "qualifying" else None,
+                                   "problem_seed": seed if phase == "race" else None, "hotkey": v.hotkey, "uid": v.uid, "agent_version_id": vid,
+                                   **sc, "qualified": vid in {e.version_id for e in quals}, "rank": rank.get(vid) if phase == "race" else None,
+                                   "winner": phase == "race" and winner is not None and vid == winner.version_id,
+                                   "dethroned": phase == "race" and winner is not None and vid == winner.version_id and dethroned,
+                                   "weight": vec[v.uid] if phase == "race" else None})
+    total = sum(vec)
+    hk = {v.uid: v.hotkey for v in self.versions.values()}
+    for uid, w in enumerate(vec):
+        if w: self.weight_rows.append({"race_id": race_id, "day": day, "uid": uid, "hotkey": hk.get(uid, "burn"), "weight": w, "share": w / total})
+    return {"day": day, "race_id": race_id, "qualifying_versions": len(q_ids), "qualifiers": len(quals),
+            "winner": winner.version_id if winner else None, "dethroned": dethroned}
 
 # %% ../../nbs/02_arena_traces/05_season.ipynb #70390b90
 def _peak_rss_mb() -> dict:
@@ -358,77 +384,100 @@ def _write_parquet(rows: list, path: Path):
     path.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_parquet(path, index=False)
 
+# %% ../../nbs/02_arena_traces/05_season.ipynb #21a4701c
+SEASON_MODULES = ("sandbox.catalog", "sandbox.analyzer", "sandbox.search", "sandbox.tasks", "sandbox.task_synthesis", "sandbox.similarity",
+                  "sandbox.scoring", "sandbox.tools", "sandbox.reference_agent", "sandbox.profile", "arena.rules", "arena.paraphrase",
+                  "arena.bank", "arena.clusters", "arena.pools", "arena.envelope", "arena.tool_client", "arena.miners", "arena.validator",
+                  "arena.firehose", "arena.season")  # the code a season's bytes depend on (modules of `shopdistill`)
 
-SEASON_MODULES = ("catalog", "search", "tasks", "scoring", "env", "reference_agent", "arena", "leak_clusters", "envelope", "tool_client",
-                  "miners", "validator", "firehose", "season")  # the code a season's bytes depend on
+def module_source(name: str) -> bytes:
+    "The source file of module `shopdistill.<name>`, where the import system finds it (an installed copy as well as a checkout)."
+    return Path(importlib.util.find_spec(f"shopdistill.{name}").origin).read_bytes()
 
-def season_fingerprint(cfg, settings: ArenaTracesSettings, rules) -> str:
-    "A hash of everything a season's bytes depend on: its settings, the rules, the sandbox's settings and the package's code."
-    import shopdistill
-    h = hashlib.sha256(json.dumps([asdict(settings), asdict(rules), asdict(cfg.catalog), asdict(cfg.tasks), asdict(cfg.search),
-                                   asdict(cfg.scoring)], sort_keys=True, default=str).encode())
-    for m in SEASON_MODULES: h.update(m.encode() + (Path(shopdistill.__file__).parent / f"{m}.py").read_bytes())
+
+def season_fingerprint(traces: ArenaTracesSettings, rules: ArenaSettings, catalog: CatalogSettings, search: SearchSettings,
+                       tasks: TaskSettings, scoring: ScoringSettings) -> str:
+    "A hash of everything a season's bytes depend on: its settings, the rules, the sandbox's settings and the code of `SEASON_MODULES`."
+    h = hashlib.sha256(json.dumps([asdict(traces), asdict(rules), asdict(catalog), asdict(tasks), asdict(search), asdict(scoring)],
+                                  sort_keys=True, default=str).encode())
+    for m in SEASON_MODULES: h.update(m.encode() + module_source(m))
     return h.hexdigest()[:16]
 
-# %% ../../nbs/02_arena_traces/05_season.ipynb #a6eae308
-def simulate_season(cfg, out_dir=None, workers: int | None = None, settings: ArenaTracesSettings | None = None,
-                    progress: bool = True, reuse: bool = False, stop_at_traces: int | None = None) -> dict:
-    """Run a season of `profile` (settings from its `arena_traces` and `arena` sections, or `settings`) and write it to
-    `out_dir` (default `runs/<profile>/arena/`). Returns the summary also written to `season.json`. With `reuse`, a season
-    already in `out_dir` with the same fingerprint (settings, rules, sandbox settings, code) is returned as it is.
-    `stop_at_traces` ends the season after the first day at which the firehose holds that many traces (benchmarks)."""
-    import multiprocessing
-    t0 = time.time()
-    st = settings or cfg.arena_traces
-    rules = cfg.arena
-    out = Path(out_dir) if out_dir else cfg.run_dir() / "arena"
-    fp = season_fingerprint(cfg, st, rules)
-    if reuse and (out / "season.json").exists():
-        old = json.loads((out / "season.json").read_text())
-        if old.get("fingerprint") == fp and all((out / "firehose" / s["path"]).exists() for s in old["shards"]):
-            if progress: print(f"reusing the season in {out} (same settings and code)")
-            return old
-    out.mkdir(parents=True, exist_ok=True)
-    catalog, engine, tasks = load_sandbox(cfg.run, cfg.catalog, cfg.search, cfg.tasks)
-    bank, labels, pools, suites = race_bank(tasks, catalog, rules, st)
-    with open(out / "bank.jsonl", "w", encoding="utf-8") as f:
+# %% ../../nbs/02_arena_traces/05_season.ipynb #61c0ee19
+def reused_season(arena: ArenaFolder, fingerprint: str) -> dict | None:
+    "The summary of the season already in `arena` when it has `fingerprint` and all its shards, else None."
+    if not arena.season.exists(): return None
+    old = json.loads(arena.season.read_text())
+    if old.get("fingerprint") == fingerprint and all((arena.firehose / s["path"]).exists() for s in old["shards"]): return old
+    return None
+
+
+def write_bank(path: Path, bank: list, labels: list, pools: list):
+    "The race bank as JSON lines, each problem with its pool and leak cluster (chapter 04 splits the corpus by the same clusters)."
+    with open(path, "w", encoding="utf-8") as f:
         for p, c, pool in zip(bank, labels, pools): f.write(json.dumps({**p, "pool": pool, "cluster": int(c)}, ensure_ascii=False) + "\n")
-    t_setup = time.time() - t0
-    set_state(catalog, engine, {p["id"]: p for p in bank}, st)
-    season = Season(st, rules, bank, labels, pools, suites)
-    writer = ShardWriter(out / "firehose", st.shard_size)
-    label_writer = RowWriter(out / "labels" / "traces.parquet")
-    n_workers = max(1, workers if workers is not None else st.workers)
-    pool = multiprocessing.get_context("fork").Pool(n_workers) if n_workers > 1 else None
+
+
+def run_days(season: Season, writer: ShardWriter, labels: RowWriter, workers: int, progress: bool = True,
+             stop_at_traces: int | None = None, t0: float | None = None) -> list:
+    """Run the season's days, each day's units of work on a pool of `workers` forked processes (inline for one), the
+    envelopes to `writer` and the trace labels to `labels` (closed at the end); the day summaries."""
+    t0 = time.time() if t0 is None else t0
+    pool = multiprocessing.get_context("fork").Pool(workers) if workers > 1 else None
     run_many = (lambda ws: pool.imap(run_work, ws, chunksize=1)) if pool else (lambda ws: map(run_work, ws))
-    days = []
+    days, st = [], season.st
     try:
         for d in range(st.days):
             days.append(season.day(d, run_many, writer))
-            label_writer.write(season.label_rows)
+            labels.write(season.label_rows)
             season.label_rows.clear()
             n_now = sum(s["envelopes"] for s in writer.shards)
             if progress:
-                n = sum(s["envelopes"] for s in writer.shards)
-                print(f"day {d + 1:3d}/{st.days}: {n:8,d} traces, {days[-1]['qualifiers']:2d} qualifiers, winner {days[-1]['winner']}"
+                print(f"day {d + 1:3d}/{st.days}: {n_now:8,d} traces, {days[-1]['qualifiers']:2d} qualifiers, winner {days[-1]['winner']}"
                       f"{' (new)' if days[-1]['dethroned'] else ''}, {time.time() - t0:6.0f}s", flush=True)
             if stop_at_traces is not None and n_now >= stop_at_traces: break
     finally:
         if pool: pool.close(); pool.join()
-        label_writer.close()
+        labels.close()
+    return days
+
+# %% ../../nbs/02_arena_traces/05_season.ipynb #a6eae308
+def simulate_season(run: Run, traces: ArenaTracesSettings, rules: ArenaSettings, catalog: CatalogSettings, search: SearchSettings,
+                    tasks: TaskSettings, scoring: ScoringSettings, out_dir=None, workers: int | None = None, progress: bool = True,
+                    reuse: bool = False, stop_at_traces: int | None = None) -> dict:
+    """Run a season (`traces`: section `arena_traces`; `rules`: section `arena`) on the sandbox of `run` (its three sections,
+    as `load_sandbox` takes them; `scoring` is part of the fingerprint) and write it to `out_dir` (default `run.arena()`).
+    Returns the summary also written to `season.json`. With `reuse`, a season already there with the same fingerprint
+    (settings, rules, sandbox settings, code) is returned as it is. `stop_at_traces` ends the season after the first day
+    at which the firehose holds that many traces (benchmarks)."""
+    t0 = time.time()
+    arena = ArenaFolder(Path(out_dir)) if out_dir else run.arena()
+    fp = season_fingerprint(traces, rules, catalog, search, tasks, scoring)
+    if reuse and (old := reused_season(arena, fp)) is not None:
+        if progress: print(f"reusing the season in {arena.path} (same settings and code)")
+        return old
+    arena.make()
+    products, engine, found = load_sandbox(run, catalog, search, tasks)
+    bank, labels, pools, suites = race_bank(found, products, rules, traces)
+    write_bank(arena.bank, bank, labels, pools)
+    t_setup = time.time() - t0
+    set_state(products, engine, {p["id"]: p for p in bank}, traces)
+    season = Season(traces, rules, bank, labels, pools, suites)
+    writer = ShardWriter(arena.firehose, traces.shard_size)
+    n_workers = max(1, workers if workers is not None else traces.workers)
+    days = run_days(season, writer, RowWriter(arena.trace_labels), n_workers, progress, stop_at_traces, t0)
     shards = writer.close()
-    _write_parquet(season.race_rows, out / "races.parquet")
-    _write_parquet(season.weight_rows, out / "weights.parquet")
+    _write_parquet(season.race_rows, arena.races)
+    _write_parquet(season.weight_rows, arena.weights)
     _write_parquet([{"agent_version_id": v.version_id, "hotkey": v.hotkey, "uid": v.uid, "style": v.spec.style, "variant": v.spec.variant,
                      "skills": json.dumps(dict(v.spec.skills), sort_keys=True), "day": v.day, "origin": v.origin, "parent": v.parent}
-                    for v in season.versions.values()], out / "labels" / "versions.parquet")
-    n = sum(s["envelopes"] for s in shards)
-    secs = time.time() - t0
-    summary = {"profile": cfg.profile, "fingerprint": fp, "settings": asdict(st), "traces": n, "shards": shards, "days": days,
+                    for v in season.versions.values()], arena.version_labels)
+    n, secs = sum(s["envelopes"] for s in shards), time.time() - t0
+    summary = {"profile": run.profile, "fingerprint": fp, "settings": asdict(traces), "traces": n, "shards": shards, "days": days,
                "versions": len(season.versions), "bank": {"problems": len(bank), "clusters": len(set(labels)),
                                                            "pools": {p: pools.count(p) for p in sorted(set(pools))}},
                "workers": n_workers, "seconds": {"total": round(secs, 1), "setup": round(t_setup, 1)},
                "traces_per_second": round(n / max(1e-9, secs - t_setup), 1), "peak_rss_mb": _peak_rss_mb(),
                "firehose_bytes": sum(s["bytes"] for s in shards)}
-    (out / "season.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
+    arena.season.write_text(json.dumps(summary, indent=1, sort_keys=True))
     return summary

@@ -11,6 +11,8 @@ import json
 import os
 import time
 import urllib.error
+import urllib.request
+import urllib.parse
 from .envelope import render_content, tool_call_id
 
 # %% ../../nbs/02_arena_traces/08_sn15_api.ipynb #1803a269

@@ -14,9 +14,11 @@ import os
 import random
 import time
 import urllib.error
+import urllib.request
+import urllib.parse
 from contextlib import contextmanager
 from .envelope import INFERENCE_PATH
-from ..sandbox.tools import ShoppingEnv
+from ..sandbox.tools import ShoppingEnv, _as_id_string
 
 # %% ../../nbs/02_arena_traces/01_tool_client.ipynb #37a50ab0
 SEARCH_TOOLS = ("find_product", "view_product_information", "get_product_raw")
@@ -46,12 +48,6 @@ class WallClock:
     "Real milliseconds (external agents): time passes by itself."
     def now_ms(self) -> int: return int(time.time() * 1000)
     def advance(self, ms: float): pass
-
-
-def _as_id_string(product_ids) -> str:
-    "Comma-joined ids: a list where a string is expected is accepted by the reading tools, as upstream does."
-    if isinstance(product_ids, (list, tuple)): return ",".join(str(x) for x in product_ids)
-    return "" if product_ids is None else str(product_ids)
 
 
 def count_tokens(text: str) -> int:

@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['META_COLUMNS', 'CORPUS_VERSION', 'CorpusSettings', 'arrow_schemas', 'slim_meta', 'corpus_row', 'step_rows',
-           'ShardScan', 'scan_shard', 'RidingScan', 'catalog_ids', 'find_bank', 'shard_trajectories', 'check_problems',
-           'build_corpus', 'split_corpus', 'write_corpus']
+           'ShardScan', 'scan_shard', 'RidingScan', 'profile_catalog', 'catalog_ids', 'shard_trajectories',
+           'check_problems', 'build_corpus', 'split_corpus', 'write_corpus']
 
 # %% ../../nbs/04_structural_filter/09_build.ipynb #e0eca2ef
 import gzip
@@ -19,8 +19,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from itertools import islice
 from pathlib import Path
-from ..arena.rules import ArenaSettings
+from ..arena.rules import ClusterSettings
 from ..core.ledger import InputError
+from ..core.run import CorpusFolder, Run, TrajectoriesFolder
 from ..core.settings import ConfigError
 from .axes import _tokens
 from .card import dataset_card
@@ -29,11 +30,11 @@ from .checks import FilterSettings
 from .dedup import assistant_shingles, minhash_signature
 from .filter import apply_stages, funnel, passes_checks, trajectory_features
 from .judge import JudgeSettings
-from .normalise import NormaliseSettings, loads_line, loads_line_flagged, normalise_traces, pool_map, read_shard, shard_line
+from .normalise import NormaliseSettings, loads_line, loads_line_flagged, normalise_traces, pool_map, problems_source, read_shard, shard_line, shard_name
 from .splits import is_true, load_bank, ngram_overlap, problem_clusters, problem_key, problems_present, split_audit, split_clusters, text_or_none
 from .tokens import TokenCounter, load_counter, train_bpe
 from .trajectory import to_arrow_row
-from ..sandbox.catalog import load_catalog
+from ..sandbox.catalog import CatalogSettings, load_catalog
 
 # %% ../../nbs/04_structural_filter/09_build.ipynb #3339ff6d
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ def step_rows(row: dict) -> list[dict]:
              "split": row["split"], "cluster": row["cluster"], "turn": k, "turns": len(turns), "prompt": msgs[:i], "teacher_action": msgs[i],
              "tools": row["tools"]} for k, i in enumerate(turns)]
 
-# %% ../../nbs/04_structural_filter/09_build.ipynb #56ae0e0a
+# %% ../../nbs/04_structural_filter/09_build.ipynb #ed18495e
 class ShardScan:
     """Chapter 04's per-trajectory work on one shard of trajectories, shown them one at a time (`add`): each becomes its row
     of features; the ones that reach deduplication also get their MinHash signature, and the ones that might be kept are
@@ -141,7 +142,7 @@ class ShardScan:
         self.out.close()
         self.tmp.unlink(missing_ok=True)
 
-
+# %% ../../nbs/04_structural_filter/09_build.ipynb #b801bdc8
 _SCAN = {}
 
 def _scan_init(settings: FilterSettings, known_ids, tokenizer: str, tokenizer_dir):
@@ -173,7 +174,7 @@ class RidingScan:
     def prepare(self, trajectories):
         self.out.mkdir(parents=True, exist_ok=True)
         self.work.mkdir(exist_ok=True)
-        self.tok_dir = _ensure_tokenizer(self.s, trajectories, ["shard-00000.jsonl.gz"], self.out)  # chapter 03 names its shards so
+        self.tok_dir = _ensure_tokenizer(self.s, trajectories, [shard_name(0)], CorpusFolder(self.out).tokenizer)  # chapter 03's first shard
         self.known, self.done = self.known_ids_fn(), True
         self.known_ids_fn = None  # what the workers get must pickle where processes are spawned, not forked
 
@@ -191,30 +192,26 @@ def _pool_map(fn, jobs: list, workers: int, initargs: tuple):
     return pool_map(fn, jobs, workers, _scan_init, initargs, costs=[os.path.getsize(src) for src, _ in jobs])
 
 # %% ../../nbs/04_structural_filter/09_build.ipynb #d3def7b6
-def catalog_ids(spec, cfg=None) -> set | None:
-    "Product ids for the recommend check: from a catalog path, or (auto) the profile's catalog or sandbox; None when there is none."
+def profile_catalog(run: Run, catalog: CatalogSettings) -> Path:
+    "The catalog of a profile's run: its real catalog (`catalog.path`) when it names one, else the one its sandbox wrote."
+    return Path(catalog.path) if catalog.path else run.sandbox().catalog
+
+
+def catalog_ids(spec, auto=None) -> set | None:
+    """Product ids for the recommend check: from the catalog file `spec`, or (`spec` 'auto') from the catalog `auto` names (a
+    profile's, see `profile_catalog`) when it exists; None when there is none."""
     if spec in (None, "none"): return None
     if spec == "auto":
-        if cfg is None: return None
-        spec = cfg.catalog.path or (cfg.run_dir() / "sandbox" / "documents.jsonl.gz")
+        if auto is None: return None
+        spec = auto
         if not Path(spec).exists(): return None
     return set(load_catalog(spec).ids)
 
 
-def find_bank(inputs: list, problems="auto"):
-    "The bank or task file with gold answers: `problems` itself, or (auto) `bank.jsonl` next to the first input or one folder up."
-    if problems in (None, "none"): return None
-    if problems != "auto": return Path(problems)
-    for d in (Path(inputs[0]).parent, Path(inputs[0]).parent.parent):
-        if (d / "bank.jsonl").is_file(): return d / "bank.jsonl"
-    return None
-
-
-def _ensure_tokenizer(s: FilterSettings, trajectories, first_shard: list, out: Path) -> Path | None:
+def _ensure_tokenizer(s: FilterSettings, trajectories, first_shard: list, folder: Path) -> Path | None:
     """For tokenizer 'bpe': train it on the first `bpe_sample` trajectories (`trajectories()` iterates them, in shard order)
-    into out/tokenizer; reused when its recipe (vocabulary, sample, name of the first shard) matches."""
+    into `folder`; reused when its recipe (vocabulary, sample, name of the first shard) matches."""
     if s.tokenizer != "bpe": return None
-    folder = out / "tokenizer"
     recipe = {"vocab": s.bpe_vocab, "sample": s.bpe_sample, "source": first_shard}
     if (folder / "recipe.json").is_file() and json.loads((folder / "recipe.json").read_text()) == recipe and (folder / "tokenizer.json").is_file():
         return folder
@@ -229,7 +226,7 @@ def shard_trajectories(traj_dir: Path):
     "The trajectories of the shards in `traj_dir`, in shard order."
     for shard in sorted(traj_dir.glob("shard-*.jsonl.gz")): yield from read_shard(shard)
 
-# %% ../../nbs/04_structural_filter/09_build.ipynb #d6f808da
+# %% ../../nbs/04_structural_filter/09_build.ipynb #28113419
 CORPUS_VERSION = 3  # part of the fingerprint: bump when the corpus a given input gives changes
 
 def check_problems(path) -> dict:
@@ -256,64 +253,93 @@ def _relative(path, root: Path) -> str | None:
 def _counts(d: dict) -> str: return ", ".join(f"{k} {v:,}" for k, v in d.items() if v) or "none"
 
 
-def build_corpus(traces=None, out_dir=None, cfg=None, trajectories_dir=None, problems="auto", catalog=None, judge=None,
-                 workers: int | None = None, progress: bool = True, reuse: bool = True) -> dict:
+def build_corpus(run: Run, filtering: FilterSettings, corpus: CorpusSettings, normalise: NormaliseSettings, judge: JudgeSettings,
+                 clusters: ClusterSettings, catalog: CatalogSettings, traces=None, out_dir=None, trajectories_dir=None,
+                 problems="auto", catalog_file=None, judge_backend=None, workers: int | None = None, progress: bool = True,
+                 reuse: bool = True) -> dict:
     """Trace files (`traces`: a glob, folder, file or list; or None to use the trajectories already in `trajectories_dir`)
-    -> chapter 03 (normalise + judge) -> chapter 04's stages -> a leak-guarded train / eval corpus in `out_dir`.
-    Raises InputError when the problems file is unusable or no trajectory is kept for training (naming chapter 03's ledger)."""
+    -> chapter 03 (normalise + judge, sections `normalise` and `judge`) -> chapter 04's stages (`filtering`: section
+    `filter`) -> a train / eval corpus (`corpus`) split by chapter 00's leak `clusters`, in `out_dir` (default
+    `run.corpus()`). `catalog`: the profile's catalog section, for `filter.catalog: auto` (see `profile_catalog`);
+    `catalog_file`, `judge_backend`: overrides of `filter.catalog` and `judge.backend`. Raises InputError when the problems
+    file is unusable or no trajectory is kept for training (naming chapter 03's ledger)."""
     if problems not in ("auto", None, "none"): check_problems(problems)  # before anything is written
-    out = Path(out_dir) if out_dir else cfg.run_dir() / "corpus"
-    fresh = not (out / "summary.json").is_file()
-    try: return _build_corpus(traces, out, cfg, trajectories_dir, problems, catalog, judge, workers, progress, reuse)
+    out = CorpusFolder(Path(out_dir)) if out_dir else run.corpus()
+    fresh = not out.summary.is_file()
+    sections = (filtering, corpus, normalise, judge, clusters)
+    known = lambda: catalog_ids(catalog_file if catalog_file is not None else filtering.catalog, profile_catalog(run, catalog))
+    try: return _build_corpus(run, sections, known, traces, out, trajectories_dir, problems, catalog_file, judge_backend, workers, progress, reuse)
     except BaseException:  # no half-built corpus: the candidates of a failed build are never read again
-        shutil.rmtree(out / "work", ignore_errors=True)
-        if fresh: shutil.rmtree(out / "tokenizer", ignore_errors=True)
+        shutil.rmtree(out.work, ignore_errors=True)
+        if fresh: shutil.rmtree(out.tokenizer, ignore_errors=True)
         raise
 
-# %% ../../nbs/04_structural_filter/09_build.ipynb #8da4ac6f
-def _build_corpus(traces, out_dir, cfg, trajectories_dir, problems, catalog, judge, workers, progress, reuse) -> dict:
+# %% ../../nbs/04_structural_filter/09_build.ipynb #82867d0e
+def _trajectories(traces, traj_dir: Path, riding: RidingScan, ns: NormaliseSettings, js: JudgeSettings, problems, judge_backend,
+                  workers, progress: bool) -> dict:
+    "Chapter 03's summary: trace files normalised and judged now (the scan riding along), or the trajectories already in `traj_dir`."
+    if traces is not None:
+        return normalise_traces(traces, traj_dir, judge=judge_backend or js.backend, workers=workers or ns.workers, format=ns.format,
+                                problems=ns.problems if problems == "auto" else problems, max_record_bytes=ns.max_record_bytes,
+                                compresslevel=ns.compresslevel, judge_settings=js, progress=progress, scan=riding)
+    summary = TrajectoriesFolder(traj_dir).summary
+    if not summary.is_file(): raise FileNotFoundError(f"no trajectories in {traj_dir} (no summary.json): give trace files")
+    return json.loads(summary.read_text())
+
+
+def _scan_shards(traj_dir: Path, out: CorpusFolder, fs: FilterSettings, known_ids, workers: int, progress: bool) -> tuple:
+    "(tokenizer folder, catalog ids, feature frames, signatures) of the shards already in `traj_dir`, scanned by worker processes."
+    from tqdm.auto import tqdm
+    shards = sorted(traj_dir.glob("shard-*.jsonl.gz"))
+    tok_dir = _ensure_tokenizer(fs, lambda: shard_trajectories(traj_dir), [p.name for p in shards[:1]], out.tokenizer)
+    known = known_ids()
+    jobs = [(str(p), str(out.work / f"candidates-{p.name}")) for p in shards]
+    frames, sigs = [], {}
+    for r, g in tqdm(_pool_map(scan_shard, jobs, workers, (fs, known, fs.tokenizer, tok_dir)), total=len(jobs), unit="shard", desc="filter", disable=not progress):
+        frames.append(r); sigs.update(g)
+    return tok_dir, known, frames, sigs
+
+
+def _write_records(out: CorpusFolder, df, result: dict, fun: dict, summary: dict, kept) -> None:
+    "The build's records beside the corpus: every decision, every problem with its cluster and split, the funnel, the audits, the card, the summary."
+    import pandas as pd
+    df.drop(columns=["templates"]).to_parquet(out.decisions, index=False)
+    split_of = dict(zip(kept["cluster"], kept["split"]))
+    pd.DataFrame([{"problem": p["id"], "query": p["query"], "category": p["category"], "gold": bool(p["reward"]),
+                   "cluster": int(result["cluster_of"][p["id"]]), "split": split_of.get(result["cluster_of"][p["id"]])}
+                  for p in result["problem_list"]]).to_parquet(out.problems, index=False)
+    out.funnel.write_text(json.dumps(fun, indent=1))
+    out.audits.write_text(json.dumps({"audit": result["audit"], "ngram": result["ngram"], "ngram_rows": result["ngram_rows"]}, indent=1))
+    out.card.write_text(dataset_card(summary, kept))
+    out.summary.write_text(json.dumps(summary, indent=1, sort_keys=True, default=str))
+
+# %% ../../nbs/04_structural_filter/09_build.ipynb #f1ac4621
+def _build_corpus(run, sections, known_ids, traces, out: CorpusFolder, trajectories_dir, problems, catalog_file, judge_backend,
+                  workers, progress, reuse) -> dict:
     import pandas as pd
     t0 = time.time()
-    fs, cs = cfg.filter, cfg.corpus
+    fs, cs, ns, js, clusters = sections
     if not 0 <= cs.eval_fraction < 1:  # a profile's mistake, said before chapter 03 runs rather than as split_clusters' traceback after it
-        raise ConfigError(f"{cfg.path}: corpus.eval_fraction must be in [0, 1), got {cs.eval_fraction}")
-    ns, js, clusters = cfg.normalise, cfg.judge, cfg.arena.clusters
-    out = Path(out_dir) if out_dir else cfg.run_dir() / "corpus"
-    traj_dir = Path(trajectories_dir) if trajectories_dir else out / "trajectories"
-    work = out / "work"
-    riding = RidingScan(fs, lambda: catalog_ids(catalog if catalog is not None else fs.catalog, cfg), out, work)
-    if traces is not None:  # the scan rides along chapter 03's workers when they write the shards now
-        norm = normalise_traces(traces, traj_dir, judge=judge or js.backend, workers=workers or ns.workers, format=ns.format, problems=ns.problems if problems == "auto" else problems,
-                                max_record_bytes=ns.max_record_bytes, compresslevel=ns.compresslevel, judge_settings=js, progress=progress,
-                                scan=riding)
-    else:
-        if not (traj_dir / "summary.json").is_file(): raise FileNotFoundError(f"no trajectories in {traj_dir} (no summary.json): give trace files")
-        norm = json.loads((traj_dir / "summary.json").read_text())
-    t_norm = time.time() - t0
-    source = traces if traces is not None else traj_dir
-    ledger = traj_dir / "ledger.jsonl"
+        raise ConfigError(f"corpus.eval_fraction must be in [0, 1), got {cs.eval_fraction}")
+    traj_dir = Path(trajectories_dir) if trajectories_dir else out.trajectories
+    riding = RidingScan(fs, known_ids, out.path, out.work)
+    norm = _trajectories(traces, traj_dir, riding, ns, js, problems, judge_backend, workers, progress)
+    t_norm, source, ledger = time.time() - t0, traces if traces is not None else traj_dir, TrajectoriesFolder(traj_dir).ledger
     if not norm["outputs"]:
         why = f"all {norm['inputs']:,} records rejected ({_counts(norm['reasons'])})" if norm["inputs"] else "the input holds no records"
         raise InputError(source, f"0 trajectories kept: {why}; see the ledger {ledger}")
     inputs = [f["file"] for f in norm["files"]]
-    bank_path = find_bank(inputs, problems)
-    fp = hashlib.sha1(json.dumps([norm["fingerprint"], asdict(fs), asdict(cs), asdict(clusters), str(catalog), str(bank_path), CORPUS_VERSION],
+    bank_path = problems_source(inputs, problems) if problems not in (None, "none") else None
+    bank_path = Path(bank_path) if bank_path is not None else None
+    fp = hashlib.sha1(json.dumps([norm["fingerprint"], asdict(fs), asdict(cs), asdict(clusters), str(catalog_file), str(bank_path), CORPUS_VERSION],
                                  sort_keys=True, default=str).encode()).hexdigest()[:16]
-    if reuse and (out / "summary.json").is_file():
-        old = json.loads((out / "summary.json").read_text())
-        if old.get("fingerprint") == fp and (out / "dataset").is_dir(): return {**old, "reused": True}
-    out.mkdir(parents=True, exist_ok=True)
-    work.mkdir(exist_ok=True)
+    if reuse and out.summary.is_file():
+        old = json.loads(out.summary.read_text())
+        if old.get("fingerprint") == fp and out.dataset.is_dir(): return {**old, "reused": True}
+    out.make()
+    out.work.mkdir(exist_ok=True)
     if riding.done: tok_dir, known, frames, sigs = riding.tok_dir, riding.known, riding.frames, riding.sigs
-    else:  # chapter 03's shards were there already: read them
-        shards = sorted(traj_dir.glob("shard-*.jsonl.gz"))
-        tok_dir = _ensure_tokenizer(fs, lambda: shard_trajectories(traj_dir), [p.name for p in shards[:1]], out)
-        known = catalog_ids(catalog if catalog is not None else fs.catalog, cfg)
-        jobs = [(str(p), str(work / f"candidates-{p.name}")) for p in shards]
-        from tqdm.auto import tqdm
-        frames, sigs = [], {}
-        for r, g in tqdm(_pool_map(scan_shard, jobs, workers or cs.workers, (fs, known, fs.tokenizer, tok_dir)), total=len(jobs), unit="shard", desc="filter", disable=not progress):
-            frames.append(r); sigs.update(g)
+    else: tok_dir, known, frames, sigs = _scan_shards(traj_dir, out, fs, known_ids, workers or cs.workers, progress)  # chapter 03's shards were there already
     t_scan = time.time() - t0 - t_norm
     features = pd.concat(frames, ignore_index=True)
     del frames
@@ -327,27 +353,18 @@ def _build_corpus(traces, out_dir, cfg, trajectories_dir, problems, catalog, jud
     if not (kept["split"] == "train").any():
         raise InputError(source, f"0 trajectories kept for train of {len(df):,} ({norm['rejects']:,} records rejected by chapter 03, see the ledger {ledger}; "
                                  f"dropped by the filter: {_counts(df.loc[df['stage'] != 'kept', 'stage'].value_counts().to_dict())}; {len(kept):,} kept, all in eval)")
-    paths = write_corpus(kept, work, out, cs)
-    counter = load_counter(fs.tokenizer, tok_dir)
+    paths = write_corpus(kept, out, cs)
     fun = funnel(df, inputs=norm["inputs"])["all"].to_dict()
     fun.update({"train": int((kept["split"] == "train").sum()), "eval": int((kept["split"] == "eval").sum())})
-    summary = {"profile": cfg.profile, "out_dir": str(out), "trajectories_dir": str(traj_dir), "fingerprint": fp, "inputs": norm["inputs"],
+    summary = {"profile": run.profile, "out_dir": str(out.path), "trajectories_dir": str(traj_dir), "fingerprint": fp, "inputs": norm["inputs"],
                "trajectories": len(df), "funnel": fun, "splits": {k: int(v) for k, v in kept["split"].value_counts().items()},
                "problems": {"present": result["problems"], "in_corpus": int(kept["problem_id"].nunique()), "clusters": result["clusters"]},
                "audit": result["audit"], "ngram": result["ngram"], "axis": {k: int(v) for k, v in df["axis"].value_counts().items()},
-               "tokenizer": counter.describe(), "bank": str(bank_path) if bank_path else None, "catalog_ids": len(known) if known else None,
-               "settings": {"filter": asdict(fs), "corpus": asdict(cs), "clusters": asdict(clusters)}, "paths": paths,
-               "seconds": {"normalise": round(t_norm, 2), "scan": round(t_scan, 2), "total": round(time.time() - t0, 2)}}
-    df.drop(columns=["templates"]).to_parquet(out / "decisions.parquet", index=False)
-    split_of = dict(zip(kept["cluster"], kept["split"]))
-    pd.DataFrame([{"problem": p["id"], "query": p["query"], "category": p["category"], "gold": bool(p["reward"]),
-                   "cluster": int(result["cluster_of"][p["id"]]), "split": split_of.get(result["cluster_of"][p["id"]])}
-                  for p in result["problem_list"]]).to_parquet(out / "problems.parquet", index=False)
-    (out / "funnel.json").write_text(json.dumps(fun, indent=1))
-    (out / "audits.json").write_text(json.dumps({"audit": result["audit"], "ngram": result["ngram"], "ngram_rows": result["ngram_rows"]}, indent=1))
-    (out / "README.md").write_text(dataset_card(summary, kept))
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True, default=str))
-    shutil.rmtree(work, ignore_errors=True)
+               "tokenizer": load_counter(fs.tokenizer, tok_dir).describe(), "bank": str(bank_path) if bank_path else None,
+               "catalog_ids": len(known) if known else None, "settings": {"filter": asdict(fs), "corpus": asdict(cs), "clusters": asdict(clusters)},
+               "paths": paths, "seconds": {"normalise": round(t_norm, 2), "scan": round(t_scan, 2), "total": round(time.time() - t0, 2)}}
+    _write_records(out, df, result, fun, summary, kept)
+    shutil.rmtree(out.work, ignore_errors=True)
     return summary
 
 # %% ../../nbs/04_structural_filter/09_build.ipynb #5ad9417a
@@ -374,28 +391,26 @@ def split_corpus(df, bank: dict, cluster_settings, cs: CorpusSettings) -> dict:
     return {"kept": kept, "audit": audit, "ngram": ngram, "ngram_rows": flagged.to_dict("records"), "problems": len(probs), "problem_list": probs,
             "clusters": len(set(cl.values())), "cluster_of": cl}
 
-# %% ../../nbs/04_structural_filter/09_build.ipynb #e1434285
-def write_corpus(kept, work: Path, out: Path, cs: CorpusSettings) -> dict:
-    "Save the corpus (and the per-step view) of the `kept` rows as DatasetDicts under `out` and as parquet; returns the paths."
-    import datasets
+# %% ../../nbs/04_structural_filter/09_build.ipynb #54e3a44c
+def write_corpus(kept, out: CorpusFolder, cs: CorpusSettings) -> dict:
+    "Save the corpus (and the per-step view) of the `kept` rows, read from the candidates in `out.work`, as DatasetDicts under `out` and as parquet; returns the paths."
     from datasets.utils.tqdm import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
     quiet = not are_progress_bars_disabled()
     if quiet: disable_progress_bars()  # one bar per split and format would drown the chapter's output
-    try: return _write_corpus(kept, work, out, cs)
+    try: return _write_corpus(kept, out, cs)
     finally:
         if quiet: enable_progress_bars()
 
 
-def _write_corpus(kept, work: Path, out: Path, cs: CorpusSettings) -> dict:
+def _write_corpus(kept, out: CorpusFolder, cs: CorpusSettings) -> dict:
     import datasets
-    import pyarrow.parquet as pq
     main_schema, step_schema = arrow_schemas()
     want = {c: r for c, r in zip(kept["candidate"], kept.to_dict("records"))}
-    (out / "parquet").mkdir(exist_ok=True)
-    kinds = [("dataset", main_schema, "{}.parquet")] + ([("steps", step_schema, "steps-{}.parquet")] if cs.per_step else [])
-    writers = {(name, s): _Batches(out / "parquet" / pattern.format(s), schema) for name, schema, pattern in kinds for s in ("train", "eval")}
+    out.parquet.mkdir(exist_ok=True)
+    kinds = [("dataset", main_schema, out.split_file)] + ([("steps", step_schema, lambda s: out.split_file(s, "steps"))] if cs.per_step else [])
+    writers = {(name, s): _Batches(path_of(s), schema) for name, schema, path_of in kinds for s in ("train", "eval")}
     try:
-        for shard in sorted(work.glob("candidates-*.jsonl.gz")):  # shard order, then line order: the same whatever the workers
+        for shard in sorted(out.work.glob("candidates-*.jsonl.gz")):  # shard order, then line order: the same whatever the workers
             with gzip.open(shard, "rb") as f:
                 for n, line in enumerate(f):
                     r = want.get(f"{shard.name}:{n}")
@@ -408,12 +423,12 @@ def _write_corpus(kept, work: Path, out: Path, cs: CorpusSettings) -> dict:
     paths = {f"{name}/{s}.parquet": str(w.path) for (name, s), w in writers.items() if w.rows}
     for name, _, _ in kinds:  # the DatasetDicts, built from the parquet files without loading them into memory
         parts = {s: w.path for (n, s), w in writers.items() if n == name and w.rows}
-        d = datasets.DatasetDict({s: datasets.Dataset.from_parquet(str(p), cache_dir=str(work / "cache"), keep_in_memory=False) for s, p in parts.items()})
-        d.save_to_disk(str(out / name))
-        paths[name] = str(out / name)
+        d = datasets.DatasetDict({s: datasets.Dataset.from_parquet(str(p), cache_dir=str(out.work / "cache"), keep_in_memory=False) for s, p in parts.items()})
+        d.save_to_disk(str(getattr(out, name)))
+        paths[name] = str(getattr(out, name))
     return paths
 
-
+# %% ../../nbs/04_structural_filter/09_build.ipynb #0614cd3a
 class _Batches:
     "Rows appended to one parquet file in record batches of a fixed schema (memory: one batch)."
     def __init__(self, path: Path, schema, size: int = 256):

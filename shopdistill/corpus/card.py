@@ -5,6 +5,10 @@
 # %% auto #0
 __all__ = ['COLUMN_DOCS', 'SIZE_CATEGORIES', 'PAPER_TITLE', 'LOAD_FOLDER', 'size_category', 'card_data', 'dataset_card']
 
+# %% ../../nbs/04_structural_filter/08_dataset_card.ipynb #9fc4febc
+from pathlib import Path
+from ..core.run import CorpusFolder
+
 # %% ../../nbs/04_structural_filter/08_dataset_card.ipynb #185cb836
 COLUMN_DOCS = {
     "trajectory_id": "stable id of the trajectory (chapter 03: source file name, record number, record bytes)",
@@ -42,22 +46,17 @@ def card_data(summary: dict):
     from huggingface_hub import DatasetCardData
     c = summary["settings"]["corpus"]
     splits = [x for x in ("train", "eval") if x in summary["splits"]]
-    configs = [{"config_name": "default", "data_files": [{"split": x, "path": f"parquet/{x}.parquet"} for x in splits]}]
-    if c["per_step"]: configs.append({"config_name": "steps", "data_files": [{"split": x, "path": f"parquet/steps-{x}.parquet"} for x in splits]})
+    configs = [{"config_name": "default", "data_files": [{"split": x, "path": CorpusFolder(Path()).split_file(x).as_posix()} for x in splits]}]
+    if c["per_step"]: configs.append({"config_name": "steps", "data_files": [{"split": x, "path": CorpusFolder(Path()).split_file(x, "steps").as_posix()} for x in splits]})
     return DatasetCardData(license=c["license"].lower(), language=["en"], size_categories=[size_category(sum(summary["splits"].values()))],
                            task_categories=["text-generation"], pretty_name=c["name"], tags=["tool-use", "agents", "shopping", "sft"], configs=configs)
 
-# %% ../../nbs/04_structural_filter/08_dataset_card.ipynb #8184340a
-def dataset_card(summary: dict, kept=None) -> str:
-    """The corpus's README.md, a `huggingface_hub.DatasetCard`: the header of `card_data`, then what the corpus is, how it was made
-    (the funnel), how to load it, its columns, limits and citation. Raises ValueError if the header does not parse back as written."""
-    from huggingface_hub import DatasetCard
-    s, f, c = summary, summary["settings"]["filter"], summary["settings"]["corpus"]
-    data = card_data(summary)
-    audit = "empty: no cluster, gold product or answer product is in both splits" if not s["audit"] else f"{len(s['audit'])} findings (see audits.json)"
-    fun = "\n".join(["| stage | traces left |", "|---|---|"] + [f"| {k} | {v:,} |" for k, v in s["funnel"].items()])
+# %% ../../nbs/04_structural_filter/08_dataset_card.ipynb #11855c91
+def _card_intro(s: dict) -> str:
+    "The card's title, what the corpus is, and how to load it."
+    c = s["settings"]["corpus"]
     steps = '\nsteps = datasets.load_dataset(folder, "steps")  # one row per assistant turn' if c["per_step"] else ""
-    body = f"""# {c['name']}
+    return f"""# {c['name']}
 
 Tool-calling shopping trajectories in which the language model itself emits the tool calls (Axis A), filtered from the traces of an SN15-style
 agent arena (ORO Subnet 15, a Bittensor deployment of the ShoppingBench agentic-commerce benchmark; profile `{s['profile']}`) by the
@@ -75,7 +74,14 @@ corpus = datasets.load_dataset(folder)  # splits {', '.join(s['splits'])}, from 
 
 `datasets.load_from_disk(folder + "/dataset")` reads the same rows from the saved DatasetDict.
 
-## Splits
+"""
+
+# %% ../../nbs/04_structural_filter/08_dataset_card.ipynb #1b8c9ccf
+def _card_splits(s: dict) -> str:
+    "The card's splits: sizes, clusters, the audit and the n-gram overlap."
+    c = s["settings"]["corpus"]
+    audit = "empty: no cluster, gold product or answer product is in both splits" if not s["audit"] else f"{len(s['audit'])} findings (see audits.json)"
+    return f"""## Splits
 
 {_md_table({k: f"{v:,} trajectories" for k, v in s['splits'].items()}, ("split", "size"))}
 
@@ -84,7 +90,14 @@ The split deals whole leak clusters (chapter 00's clustering rerun on the proble
 {c['eval_fraction']:.0%} of traces to eval. Audit: {audit}. Query n-gram overlap ({s['ngram']['n']}-grams) of eval with train: mean containment
 {s['ngram']['mean_containment']:.3f}, max {s['ngram']['max_containment']:.3f}, {s['ngram']['flagged']} eval queries at or above {s['ngram']['flag_at']}.
 
-## How it was made
+"""
+
+
+def _card_method(s: dict) -> str:
+    "How the corpus was made: chapter 03, then the funnel of chapter 04's stages and their settings."
+    f = s["settings"]["filter"]
+    fun = "\n".join(["| stage | traces left |", "|---|---|"] + [f"| {k} | {v:,} |" for k, v in s["funnel"].items()])
+    return f"""## How it was made
 
 {s['inputs']:,} raw records were normalised into canonical trajectories (chapter 03: every input is a trajectory or a ledger entry), judged by
 the reasoning judge, and filtered in this order (the count of traces left after each stage):
@@ -97,7 +110,12 @@ exact dedup on normalised messages and near dedup at MinHash Jaccard {f['near_th
 text; Axis A when at least {f['min_authored_share']:.0%} of action turns were written by a model call (proxy log); at most {f['max_per_problem']}
 traces per problem, best structural score first. Tokens were counted with: {s['tokenizer']}.
 
-## Columns
+"""
+
+# %% ../../nbs/04_structural_filter/08_dataset_card.ipynb #fdd11902
+def _card_columns() -> str:
+    "The columns of the two views."
+    return f"""## Columns
 
 `dataset` (one row per trajectory):
 
@@ -109,7 +127,13 @@ turns, prompt (the messages before the turn), teacher_action (the turn), tools (
 Render with Qwen3's chat template after decoding: `messages` as stored (string arguments render as written), `tools=json.loads(row["tools"])`.
 `source_file` is relative to the folder of the trace files the corpus was built from.
 
-## License and limits
+"""
+
+
+def _card_license(s: dict) -> str:
+    "The license, the limits a user should know, and the citation."
+    c = s["settings"]["corpus"]
+    return f"""## License and limits
 
 License: {c['license']}. The `{s['profile']}` corpus is {"synthetic: simulated miners on a synthetic catalog, not real SN15 traffic" if s['profile'] == "smoke" else "built from the traces named in summary.json; their terms apply"}.
 The Axis classification reads the proxy log where the traces carry one; traces without it are classified from their text, which is weaker
@@ -125,6 +149,14 @@ evidence. The judge score is a proxy for reasoning quality, not a measure of it.
 }}
 ```
 """
+
+# %% ../../nbs/04_structural_filter/08_dataset_card.ipynb #90aa1f20
+def dataset_card(summary: dict, kept=None) -> str:
+    """The corpus's README.md, a `huggingface_hub.DatasetCard`: the header of `card_data`, then what the corpus is, how it was made
+    (the funnel), how to load it, its columns, limits and citation. Raises ValueError if the header does not parse back as written."""
+    from huggingface_hub import DatasetCard
+    data = card_data(summary)
+    body = _card_intro(summary) + _card_splits(summary) + _card_method(summary) + _card_columns() + _card_license(summary)
     card = DatasetCard(f"---\n{data.to_yaml()}\n---\n\n{body}")
     if card.data.to_dict() != data.to_dict(): raise ValueError(f"the dataset card's header does not parse back as written: {card.data.to_dict()}")
     return str(card)

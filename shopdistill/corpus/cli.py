@@ -26,8 +26,9 @@ def _corpus_arguments(p):
 @command("corpus", "build the training corpus from trace files: normalise, judge, filter, split, write (chapters 03-04)", _corpus_arguments, settings=True)
 def _corpus(args) -> int:
     if args.workers is not None and args.workers < 1: raise UsageError("--workers must be at least 1")
-    s = build_corpus(args.traces, args.out, cfg=args.settings, problems=args.problems, catalog=args.catalog, judge=args.judge,
-                     workers=args.workers, reuse=not args.force)
+    cfg = args.settings
+    s = build_corpus(cfg.run, cfg.filter, cfg.corpus, cfg.normalise, cfg.judge, cfg.arena.clusters, cfg.catalog, args.traces, args.out,
+                     problems=args.problems, catalog_file=args.catalog, judge_backend=args.judge, workers=args.workers, reuse=not args.force)
     f = s["funnel"]
     print(f"{s['inputs']:,} records -> {s['trajectories']:,} trajectories -> {f['train']:,} train + {f.get('eval', 0):,} eval "
           f"({s['problems']['in_corpus']:,} problems, {s['problems']['clusters']:,} clusters); audit: "

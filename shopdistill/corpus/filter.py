@@ -57,7 +57,37 @@ def rank_order(df) -> list:
     "Row labels best first: structural score, then judge score (both descending), then trajectory id."
     return list(df.assign(_q=df["judge_quality"].fillna(-1)).sort_values(["score", "_q", "trajectory_id"], ascending=[False, False, True]).index)
 
-# %% ../../nbs/04_structural_filter/06_filter.ipynb #c3c14773
+# %% ../../nbs/04_structural_filter/06_filter.ipynb #8609a5c9
+def _with_axes(df, s: FilterSettings):
+    "A copy of the rows with the Axis decision: `templated_share` (over each miner's traces), `axis`, `evidence`, `authored_share`."
+    df = df.copy()
+    df["templated_share"] = templated_shares(list(df["hotkey"]), list(df["templates"]), s.template_min_traces)
+    axes = [classify_axis(r, t, s) for r, t in zip(df[["log", "action_turns", "authored_turns"]].to_dict("records"), df["templated_share"])]
+    df["axis"], df["evidence"] = [a for a, _ in axes], [e for _, e in axes]
+    df["authored_share"] = (df["authored_turns"] / df["action_turns"].clip(lower=1)).round(4)
+    return df
+
+
+def _mark_exact_duplicates(df, order: list) -> None:
+    "Set `duplicate_of` for each row of `order` (best first) whose `exact_key` a row before it has."
+    first = {}
+    for i in order:
+        k = df.at[i, "exact_key"]
+        if k in first: df.at[i, "duplicate_of"] = df.at[first[k], "trajectory_id"]
+        else: first[k] = i
+
+
+def _over_cap(df, order: list, cap: int) -> list:
+    "The rows of `order` (best first) after the first `cap` of their problem (of their query, when the id is missing)."
+    rank, over = Counter(), []
+    for i in order:
+        pid = df.at[i, "problem_id"]
+        key = pid if isinstance(pid, str) and pid else df.at[i, "query"]  # a missing id reads back from a table as NaN
+        rank[key] += 1
+        if rank[key] > cap: over.append(i)
+    return over
+
+# %% ../../nbs/04_structural_filter/06_filter.ipynb #d43bec3a
 def apply_stages(df, s: FilterSettings, signatures: dict | None = None):
     """The rows `df` (from `trajectory_features`) with `templated_share`, `axis`, `evidence`, `authored_share`, `stage`,
     `duplicate_of` and `near_similarity` (the highest estimated similarity to a better-ranked trace, for traces that reach near dedup) added."""
@@ -65,11 +95,7 @@ def apply_stages(df, s: FilterSettings, signatures: dict | None = None):
     if not len(df):  # every record rejected upstream: nothing to decide, but the caller still gets the decided columns
         return df.assign(**{c: pd.Series(dtype=t) for c, t in (("templated_share", float), ("axis", object), ("evidence", object),
                             ("authored_share", float), ("stage", object), ("duplicate_of", object), ("near_similarity", float))})
-    df = df.copy()
-    df["templated_share"] = templated_shares(list(df["hotkey"]), list(df["templates"]), s.template_min_traces)
-    axes = [classify_axis(r, t, s) for r, t in zip(df[["log", "action_turns", "authored_turns"]].to_dict("records"), df["templated_share"])]
-    df["axis"], df["evidence"] = [a for a, _ in axes], [e for _, e in axes]
-    df["authored_share"] = (df["authored_turns"] / df["action_turns"].clip(lower=1)).round(4)
+    df = _with_axes(df, s)
     df["stage"], df["duplicate_of"], df["near_similarity"] = "kept", None, np.nan
     alive = np.ones(len(df), dtype=bool)
 
@@ -91,11 +117,7 @@ def apply_stages(df, s: FilterSettings, signatures: dict | None = None):
     drop(df["recommend_problems"] > 0, "recommend_arguments")
     drop(df["score"] < s.min_score, "structural_score")
     order = [i for i in rank_order(df) if alive[df.index.get_loc(i)]]
-    first = {}
-    for i in order:
-        k = df.at[i, "exact_key"]
-        if k in first: df.at[i, "duplicate_of"] = df.at[first[k], "trajectory_id"]
-        else: first[k] = i
+    _mark_exact_duplicates(df, order)
     drop(df["duplicate_of"].notna(), "exact_duplicate")
     order = [i for i in order if alive[df.index.get_loc(i)]]
     if signatures is not None and order:
@@ -109,15 +131,7 @@ def apply_stages(df, s: FilterSettings, signatures: dict | None = None):
     missing = alive & df["n_tokens"].isna().to_numpy()
     if missing.any(): raise ValueError(f"apply_stages: {int(missing.sum())} traces reach the token budget without a token count (see might_keep)")
     drop(df["n_tokens"].fillna(0) > s.max_tokens, "over_budget")
-    order = [i for i in rank_order(df) if alive[df.index.get_loc(i)]]
-    rank = Counter()
-    over = []
-    for i in order:
-        pid = df.at[i, "problem_id"]
-        key = pid if isinstance(pid, str) and pid else df.at[i, "query"]  # a missing id reads back from a table as NaN
-        rank[key] += 1
-        over.append(rank[key] > s.max_per_problem)
-    drop(df.index.isin([i for i, o in zip(order, over) if o]), "problem_cap")
+    drop(df.index.isin(_over_cap(df, [i for i in rank_order(df) if alive[df.index.get_loc(i)]], s.max_per_problem)), "problem_cap")
     return df
 
 # %% ../../nbs/04_structural_filter/06_filter.ipynb #88a7383a

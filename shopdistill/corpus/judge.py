@@ -11,6 +11,7 @@ __all__ = ['SN15_FORMATS', 'INJECTION_PATTERNS', 'VERDICT_KEYS', 'JUDGE_SYSTEM_P
 
 # %% ../../nbs/03_normalise_and_judge/02_judge.ipynb #f39f8eb5
 import http.client
+import http.server
 import json
 import math
 import os
@@ -19,11 +20,14 @@ import socket
 import threading
 import time
 import urllib.error
+import urllib.request
+import urllib.parse
 from dataclasses import dataclass, field
 from itertools import islice
 from ..arena.envelope import INFERENCE_PATH, params_text
 from ..arena.tool_client import count_tokens
 from ..arena.validator import JUDGE_SCORES, THINK_CHARS, completion_tokens, gate_proxy_judge, judge_view
+from fastcore.basics import patch
 
 # %% ../../nbs/03_normalise_and_judge/02_judge.ipynb #845c3722
 SN15_FORMATS = ("sn15_envelope", "sn15_dialogue")
@@ -201,7 +205,7 @@ def parse_verdict(text) -> dict:
     if not isinstance(obj.get("explanation"), str): raise InvalidVerdict("explanation is missing or not a string")
     return {"reasoning_quality": level, "explanation": obj["explanation"]}
 
-# %% ../../nbs/03_normalise_and_judge/02_judge.ipynb #71ace0b3
+# %% ../../nbs/03_normalise_and_judge/02_judge.ipynb #d3fb9a87
 class LLMJudge(Judge):
     "Shared machinery of the model-backed judges: retries, blacklist, circuit breaker, fallback and the injection policy."
     backend = "llm"
@@ -227,66 +231,74 @@ class LLMJudge(Judge):
     def _event(self, kind: str, model, detail) -> None:
         with self._lock: self.events.append({"event": kind, "model": model, "detail": str(detail)[:200]})
 
-    def ask(self, messages: list[dict]) -> tuple[dict | None, str | None, int, list[str]]:
-        "(verdict, model, attempts, errors) from the first model that answers validly; verdict None when none did."
-        attempts, errors = 0, []
-        for model in self.models:
-            if model in self.blacklist: continue
-            for attempt in range(self.retries + 1):
-                if self.breaker_open: return None, None, attempts, errors + ["circuit open"]
-                attempts += 1
-                with self._lock: self.calls += 1
-                try: text = self.complete(model, messages)
-                except JudgeTransportError as e:
-                    errors.append(f"{model}: {e}"); self._event("transport_error", model, e)
-                    if attempt < self.retries: self.sleep(self.backoff_s * 2 ** attempt)
-                    continue
-                except JudgeRequestError as e:
-                    errors.append(f"{model}: {e}"); self._event("request_error", model, e)
-                    break
-                try: return parse_verdict(text), model, attempts, errors
-                except InvalidVerdict as e:
-                    errors.append(f"{model}: {e}"); self._event("blacklisted", model, e)
-                    with self._lock: self.blacklist[model] = str(e)
-                    break
-        return None, None, attempts, errors
+# %% ../../nbs/03_normalise_and_judge/02_judge.ipynb #735ee5dd
+@patch
+def ask(self: LLMJudge, messages: list[dict]) -> tuple[dict | None, str | None, int, list[str]]:
+    "(verdict, model, attempts, errors) from the first model that answers validly; verdict None when none did."
+    attempts, errors = 0, []
+    for model in self.models:
+        if model in self.blacklist: continue
+        for attempt in range(self.retries + 1):
+            if self.breaker_open: return None, None, attempts, errors + ["circuit open"]
+            attempts += 1
+            with self._lock: self.calls += 1
+            try: text = self.complete(model, messages)
+            except JudgeTransportError as e:
+                errors.append(f"{model}: {e}"); self._event("transport_error", model, e)
+                if attempt < self.retries: self.sleep(self.backoff_s * 2 ** attempt)
+                continue
+            except JudgeRequestError as e:
+                errors.append(f"{model}: {e}"); self._event("request_error", model, e)
+                break
+            try: return parse_verdict(text), model, attempts, errors
+            except InvalidVerdict as e:
+                errors.append(f"{model}: {e}"); self._event("blacklisted", model, e)
+                with self._lock: self.blacklist[model] = str(e)
+                break
+    return None, None, attempts, errors
 
-    def judge_many(self, trajs) -> list[dict]:
-        "Verdicts for many trajectories, in order, with `concurrency` requests in flight (threads)."
-        if self.concurrency <= 1: return [self.judge(t) for t in trajs]
-        from concurrent.futures import ThreadPoolExecutor
-        with ThreadPoolExecutor(self.concurrency) as ex: return list(ex.map(self.judge, trajs))
+# %% ../../nbs/03_normalise_and_judge/02_judge.ipynb #1e09fb70
+@patch
+def judge_many(self: LLMJudge, trajs) -> list[dict]:
+    "Verdicts for many trajectories, in order, with `concurrency` requests in flight (threads)."
+    if self.concurrency <= 1: return [self.judge(t) for t in trajs]
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(self.concurrency) as ex: return list(ex.map(self.judge, trajs))
 
-    def _fallback(self, pv: dict, flags: list, why: str, explanation: str, attempts: int) -> dict:
-        "The verdict when no model answered: the proxy's score (or None), flagged."
-        q = pv["reasoning_quality"] if self.fallback == "proxy" else None
-        return make_verdict(self.backend, q, explanation, None, flags + [why] + (["proxy_fallback"] if q is not None else []),
-                            pv["reasoning_quality"], None, pv["gates"], attempts)
 
-    def judge(self, traj: dict) -> dict:
-        pv = self.proxy.judge(traj)
-        injected = "injection_suspected" in pv["flags"]
-        flags = list(pv["flags"])
-        if self.breaker_open: return self._fallback(pv, flags, "circuit_open", "the circuit breaker is open", 0)
-        v, model, attempts, errors = self.ask(judge_messages(traj))
-        if v is None:
-            if errors[-1:] == ["circuit open"]:  # another thread opened the breaker meanwhile
-                return self._fallback(pv, flags, "circuit_open", "the circuit breaker is open", attempts)
-            with self._lock:
-                self.failed_problems += 1
-                if self.failed_problems >= self.breaker_failures and not self.breaker_open:
-                    self.breaker_open = True
-                    self.events.append({"event": "circuit_open", "model": None,
-                                        "detail": f"{self.failed_problems} problems on which every judge call failed"})
-            why = "; ".join(errors)[-300:] if errors else "every judge model is blacklisted"
-            return self._fallback(pv, flags, "judge_failed", why, attempts)
-        q = llm_q = v["reasoning_quality"]
-        if injected and llm_q > pv["reasoning_quality"]:
-            q = pv["reasoning_quality"]
-            flags.append("capped_at_proxy")
-        elif not injected and abs(llm_q - pv["reasoning_quality"]) >= self.disagreement - 1e-9:
-            flags.append("judges_disagree")
-        return make_verdict(self.backend, q, v["explanation"], model, flags, pv["reasoning_quality"], llm_q, pv["gates"], attempts)
+@patch
+def _fallback(self: LLMJudge, pv: dict, flags: list, why: str, explanation: str, attempts: int) -> dict:
+    "The verdict when no model answered: the proxy's score (or None), flagged."
+    q = pv["reasoning_quality"] if self.fallback == "proxy" else None
+    return make_verdict(self.backend, q, explanation, None, flags + [why] + (["proxy_fallback"] if q is not None else []),
+                        pv["reasoning_quality"], None, pv["gates"], attempts)
+
+
+@patch
+def judge(self: LLMJudge, traj: dict) -> dict:
+    pv = self.proxy.judge(traj)
+    injected = "injection_suspected" in pv["flags"]
+    flags = list(pv["flags"])
+    if self.breaker_open: return self._fallback(pv, flags, "circuit_open", "the circuit breaker is open", 0)
+    v, model, attempts, errors = self.ask(judge_messages(traj))
+    if v is None:
+        if errors[-1:] == ["circuit open"]:  # another thread opened the breaker meanwhile
+            return self._fallback(pv, flags, "circuit_open", "the circuit breaker is open", attempts)
+        with self._lock:
+            self.failed_problems += 1
+            if self.failed_problems >= self.breaker_failures and not self.breaker_open:
+                self.breaker_open = True
+                self.events.append({"event": "circuit_open", "model": None,
+                                    "detail": f"{self.failed_problems} problems on which every judge call failed"})
+        why = "; ".join(errors)[-300:] if errors else "every judge model is blacklisted"
+        return self._fallback(pv, flags, "judge_failed", why, attempts)
+    q = llm_q = v["reasoning_quality"]
+    if injected and llm_q > pv["reasoning_quality"]:
+        q = pv["reasoning_quality"]
+        flags.append("capped_at_proxy")
+    elif not injected and abs(llm_q - pv["reasoning_quality"]) >= self.disagreement - 1e-9:
+        flags.append("judges_disagree")
+    return make_verdict(self.backend, q, v["explanation"], model, flags, pv["reasoning_quality"], llm_q, pv["gates"], attempts)
 
 # %% ../../nbs/03_normalise_and_judge/02_judge.ipynb #c97c6395
 class OpenAIJudge(LLMJudge):

@@ -6,8 +6,8 @@
 __all__ = ['MAX_RECORD_BYTES', 'READERS', 'SNIFF_RECORDS', 'TRACE_SUFFIXES', 'READER_VERSION', 'decode_record', 'iter_lines',
            'iter_records', 'detect_format', 'sniff_format', 'ledger_entry', 'shard_line', 'loads_line',
            'loads_line_flagged', 'normalised_records', 'normalise_file', 'read_shard', 'NormaliseSettings',
-           'resolve_inputs', 'problems_source', 'find_problems', 'pool_map', 'iter_trajectories', 'normalise_traces',
-           'judge_shards', 'AccountingError', 'count_records', 'check_accounts']
+           'resolve_inputs', 'problems_source', 'find_problems', 'pool_map', 'iter_trajectories', 'shard_name',
+           'normalise_traces', 'judge_shards', 'AccountingError', 'count_records', 'check_accounts']
 
 # %% ../../nbs/03_normalise_and_judge/03_normalise.ipynb #61975451
 import gzip
@@ -25,6 +25,7 @@ from ..core.ledger import Ledger
 from .judge import GateProxyJudge, make_judge
 from .readers import ProblemIndex, read_openai_row, read_sn15_dialogue, read_sn15_envelope, read_upstream_rollout, sandbox_tools
 from .trajectory import FORMATS, Reject
+from ..core.run import ArenaFolder, TrajectoriesFolder
 
 # %% ../../nbs/03_normalise_and_judge/03_normalise.ipynb #54988c65
 MAX_RECORD_BYTES = 4_000_000  # about 40x the largest envelope the arena writes (a trace with every proxy response logged)
@@ -355,10 +356,12 @@ def resolve_inputs(glob_or_paths) -> list[Path]:
     return files
 
 
-def problems_source(files: list[Path], problems="auto"):
-    "Where problem labels come from: `problems` itself (an index, a path, None), or (auto) the `bank.jsonl` next to the inputs or one folder up."
+def problems_source(files: list, problems="auto"):
+    """Where problem labels come from: `problems` itself (an index, a path, None), or (auto) the arena's problem bank (the
+    file `ArenaFolder` names `bank`) next to the first input or one folder up: a firehose sits in the arena's folder."""
     if problems != "auto": return problems
-    return next((d / "bank.jsonl" for d in (files[0].parent, files[0].parent.parent) if (d / "bank.jsonl").is_file()), None)
+    first = Path(files[0])
+    return next((b for b in (ArenaFolder(first.parent).bank, ArenaFolder(first.parent.parent).bank) if b.is_file()), None)
 
 
 def find_problems(files: list[Path], problems="auto") -> ProblemIndex | None:
@@ -428,7 +431,39 @@ def _map_files(jobs: list, workers: int, state: tuple):
     "Reports of `jobs` (one per input file) in order, the largest files started first."
     return pool_map(_run_file, jobs, workers, _set_worker, state, costs=[_size(src) for src, _ in jobs])
 
-# %% ../../nbs/03_normalise_and_judge/03_normalise.ipynb #5e6b3ad4
+# %% ../../nbs/03_normalise_and_judge/03_normalise.ipynb #1dc3c53b
+def shard_name(i: int) -> str:
+    "The name of the `i`-th trajectory shard (one per input file, in input order)."
+    return f"shard-{i:05d}.jsonl.gz"
+
+
+def _normalise_files(jobs: list, workers: int, state: tuple, progress: bool = True) -> tuple:
+    "(ledger, reports) of normalising `jobs` in order; a scan riding in the workers (`state[3]`) collects each shard's result."
+    from tqdm.auto import tqdm
+    scan, ledger, reports = state[3], Ledger(), []
+    bar = tqdm(total=len(jobs), unit="file", desc="normalise", disable=not progress)
+    for rep in _map_files(jobs, workers, state):
+        if scan is not None: scan.collect(rep["shard"], rep.pop("scan"))
+        for e in rep.pop("rejects"):
+            ledger.reject(e["source"], e["line"], e["reason"], step=e["step"], detail=e["detail"], format=e["format"])
+            rep.setdefault("reasons", Counter())[e["reason"]] += 1
+        rep["reasons"] = dict(sorted(rep.get("reasons", {}).items()))
+        reports.append(rep)
+        bar.update(1); bar.set_postfix(trajectories=sum(r["outputs"] for r in reports), rejects=len(ledger))
+    bar.close()
+    return ledger, reports
+
+
+def _judge_after(out: Path, judge, reports: list, progress: bool = True) -> dict:
+    "A model judge run over the written shards (`judge_shards`); each report takes its shard's scores and loses its shard check."
+    judge.reset()
+    judge_summary = judge_shards(out, judge, progress=progress)
+    for r in reports:
+        r["judge"] = judge_summary["per_shard"].get(r["shard"], {})
+        r.pop("shard_check", None)  # the shards were rewritten: check_accounts recounts them
+    return judge_summary
+
+# %% ../../nbs/03_normalise_and_judge/03_normalise.ipynb #113f98e8
 READER_VERSION = 1  # part of the fingerprint: bump when a reader's output changes, so old outputs are not reused
 
 def normalise_traces(glob_or_paths, out_dir, judge="proxy", workers: int = 2, format: str = "auto", problems="auto",
@@ -444,11 +479,9 @@ def normalise_traces(glob_or_paths, out_dir, judge="proxy", workers: int = 2, fo
     the run's trajectories in shard order, unjudged, normalising the inputs from the first), `scan.open(shard path)` in a
     worker for each file (an object with `add(trajectory, fast)`, `close() -> result`, `abort()`), and `scan.collect(shard name,
     result)` in the parent, in shard order."""
-    from tqdm.auto import tqdm
     t0 = time.time()
     files = resolve_inputs(glob_or_paths)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = TrajectoriesFolder(Path(out_dir)).make()
     jd = make_judge(judge, judge_settings)
     jname = getattr(jd, "backend", "none") if jd is not None else "none"
     options = {"format": format, "max_record_bytes": int(max_record_bytes), "compresslevel": int(compresslevel)}
@@ -456,39 +489,22 @@ def normalise_traces(glob_or_paths, out_dir, judge="proxy", workers: int = 2, fo
     pstamp = (str(psrc), Path(psrc).stat().st_mtime_ns) if isinstance(psrc, (str, Path)) and Path(psrc).is_file() else str(type(psrc).__name__)
     fp = _fingerprint(files, {**options, "judge": jname, "models": getattr(jd, "models", None), "problems": pstamp, "reader": READER_VERSION})
     if reuse and (old := _reusable(out, fp)) is not None: return old
-    (out / "summary.json").unlink(missing_ok=True)  # a run killed from here on never looks complete
+    out.summary.unlink(missing_ok=True)  # a run killed from here on never looks complete
     index = find_problems(files, problems)
     sandbox_tools(False), sandbox_tools(True)  # computed once here, inherited by the workers
     in_workers = isinstance(jd, GateProxyJudge)
     rides = scan is not None and (in_workers or jd is None)  # a model judge rewrites the shards afterwards: then nothing rides
     if rides: scan.prepare(lambda: iter_trajectories(files, format, index, max_record_bytes))
-    state = (index, jd if in_workers else None, options, scan if rides else None)
-    jobs = [(str(p), str(out / f"shard-{i:05d}.jsonl.gz")) for i, p in enumerate(files)]
-    for stale in out.glob("shard-*.jsonl.gz*"):
+    jobs = [(str(p), str(out.path / shard_name(i))) for i, p in enumerate(files)]
+    for stale in out.path.glob("shard-*.jsonl.gz*"):
         if stale.name not in {Path(d).name for _, d in jobs}: stale.unlink()
-    ledger, reports = Ledger(), []
-    bar = tqdm(total=len(jobs), unit="file", desc="normalise", disable=not progress)
-    for rep in _map_files(jobs, workers, state):
-        if rides: scan.collect(rep["shard"], rep.pop("scan"))
-        for e in rep.pop("rejects"):
-            ledger.reject(e["source"], e["line"], e["reason"], step=e["step"], detail=e["detail"], format=e["format"])
-            rep.setdefault("reasons", Counter())[e["reason"]] += 1
-        rep["reasons"] = dict(sorted(rep.get("reasons", {}).items()))
-        reports.append(rep)
-        bar.update(1); bar.set_postfix(trajectories=sum(r["outputs"] for r in reports), rejects=len(ledger))
-    bar.close()
+    ledger, reports = _normalise_files(jobs, workers, (index, jd if in_workers else None, options, scan if rides else None), progress)
     t_norm = time.time() - t0
-    judge_summary = None
-    if jd is not None and not in_workers:
-        jd.reset()
-        judge_summary = judge_shards(out, jd, progress=progress)
-        for r in reports:
-            r["judge"] = judge_summary["per_shard"].get(r["shard"], {})
-            r.pop("shard_check", None)  # the shards were rewritten: check_accounts recounts them
-    ledger.write(out / "ledger.jsonl")
-    summary = _summarise(reports, ledger, files, out, jname, fp, workers, t0, t_norm, judge_summary)
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
-    check_accounts(out, workers=workers)
+    judge_summary = _judge_after(out.path, jd, reports, progress) if jd is not None and not in_workers else None
+    ledger.write(out.ledger)
+    summary = _summarise(reports, ledger, files, out.path, jname, fp, workers, t0, t_norm, judge_summary)
+    out.summary.write_text(json.dumps(summary, indent=1, sort_keys=True))
+    check_accounts(out.path, workers=workers)
     return summary
 
 # %% ../../nbs/03_normalise_and_judge/03_normalise.ipynb #082313ce
@@ -508,11 +524,11 @@ def _summarise(reports, ledger, files, out, jname, fp, workers, t0, t_norm, judg
             "traces_per_second": round(n_in / max(t_norm, 1e-9), 1), "bytes_in": sum(r["bytes_in"] for r in reports)}
 
 
-def _reusable(out: Path, fp: str) -> dict | None:
+def _reusable(out: TrajectoriesFolder, fp: str) -> dict | None:
     "The previous summary in `out` if it has fingerprint `fp` and all its shards are there."
-    try: old = json.loads((out / "summary.json").read_text())
+    try: old = json.loads(out.summary.read_text())
     except (OSError, ValueError): return None
-    if old.get("fingerprint") != fp or not all((out / r["shard"]).is_file() for r in old.get("files", [])): return None
+    if old.get("fingerprint") != fp or not all((out.path / r["shard"]).is_file() for r in old.get("files", [])): return None
     old["reused"] = True
     return old
 
@@ -581,9 +597,9 @@ def check_accounts(out_dir, recount_inputs: bool = False, workers: int = 1, reco
     A shard's lines are the count made as it was compressed, where its gzip trailer still matches; shards without one, or
     all with `recount_outputs`, are decompressed and counted by `workers` processes."""
     out = Path(out_dir)
-    s = json.loads((out / "summary.json").read_text())
+    s = json.loads(TrajectoriesFolder(out).summary.read_text())
     rejects = Counter()
-    with open(out / "ledger.jsonl", encoding="utf-8") as f:
+    with open(TrajectoriesFolder(out).ledger, encoding="utf-8") as f:
         for line in f: rejects[json.loads(line)["source"]] += 1
     problems, n_out = [], 0
     recount = [str(out / r["shard"]) for r in s["files"] if recount_outputs or not r.get("shard_check")]

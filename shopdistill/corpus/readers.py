@@ -287,7 +287,63 @@ _UP_STEP, _UP_COMPLETION, _UP_MESSAGE = ("prompt", "completion", "extra_info"), 
 
 def _strip_think_tags(text: str) -> str: return text.replace("<think>", "").replace("</think>", "").strip()
 
-# %% ../../nbs/03_normalise_and_judge/01_readers.ipynb #0626c145
+# %% ../../nbs/03_normalise_and_judge/01_readers.ipynb #01a0c161
+def _upstream_calls(b: TrajectoryBuilder, msg: dict, i: int) -> tuple:
+    """An upstream step's canonical calls and each one's result text (None when it has none), then the observations no
+    call claimed: by tool-call id, and those without an id. Results pair with calls by id, else by position."""
+    obs = _list(msg.get("obs"), "completion.message.obs", i)
+    by_id, loose = {}, []
+    for o in obs:
+        if isinstance(o, dict) and isinstance(o.get("tool_call_id"), str): by_id.setdefault(o["tool_call_id"], []).append(o.get("results"))
+        else: loose.append(o.get("results") if isinstance(o, dict) else o)
+    calls, results = [], []
+    for j, c in enumerate(_list(msg.get("tool_call"), "completion.message.tool_call", i)):
+        c = _dict(c, _where("tool_call", j), i)
+        name = c.get("name")
+        if not isinstance(name, str) or not name: raise Reject("missing_field" if name is None else "wrong_type", _where("tool_call", j) + ".name", i)
+        src_id = c.get("tool_call_id")
+        if src_id is not None and not (isinstance(src_id, str) and src_id): raise Reject("wrong_type", _where("tool_call", j) + ".tool_call_id", i)
+        args = b.arguments(c.get("parameters"), i, j)
+        cid = b.unique_id(src_id or tool_call_id(name, c.get("parameters")), i)
+        calls.append(make_tool_call(cid, name, args))
+        if src_id in by_id and by_id[src_id]: results.append(result_text(by_id[src_id].pop(0)))
+        elif loose: results.append(result_text(loose.pop(0)))
+        else: results.append(None)
+    return calls, results, by_id, loose
+
+# %% ../../nbs/03_normalise_and_judge/01_readers.ipynb #e6d7e8ea
+def _upstream_step(b: TrajectoryBuilder, i: int, st: dict):
+    "Add upstream step `i` to `b`: its assistant turn, the tool messages, its `meta.steps` entry; returns the query the step names."
+    comp = _dict(st.get("completion"), "completion", i)
+    msg = _dict(comp.get("message"), "completion.message", i, required=False)
+    info = _dict(st.get("extra_info"), "extra_info", i, required=False)
+    channel = as_text(comp.get("reasoning_content"), "completion.reasoning_content", i)
+    raw_text = as_text(comp.get("content"), "completion.content", i)
+    think = as_text(msg.get("think"), "completion.message.think", i) or _strip_think_tags(channel)
+    response = as_text(msg.get("response"), "completion.message.response", i)
+    calls, results, by_id, loose = _upstream_calls(b, msg, i)
+    k = b.assistant(response, think, calls)
+    for c, r in zip(calls, results):
+        if r is None: b.issue("unpaired_tool_call", i, c["id"])
+        else: b.tool(c["id"], c["function"]["name"], r)
+    for oid, rest in by_id.items():
+        for r in rest:
+            b.issue("unpaired_tool_result", i, oid)
+            b.tool(oid, "", result_text(r))
+    for r in loose:
+        b.issue("unpaired_tool_result", i, "(no id)")
+        b.tool(f"obs-{i}-{len(b.messages)}", "", result_text(r))
+    meta = {"step": i, "message_index": k, "timestamp": info.get("timestamp"), "proxy_calls": [], "content_raw": raw_text}
+    if channel and _strip_think_tags(channel) != think: meta["reasoning_channel"] = channel
+    if "step" in info: meta["source_step"] = info["step"]
+    extras = {part: x for part, d, known in (("step", st, _UP_STEP), ("completion", comp, _UP_COMPLETION), ("message", msg, _UP_MESSAGE),
+                                             ("extra_info", info, ("step", "query", "timestamp")))
+              if (x := leftover(d, known))}
+    if extras: meta["extra"] = extras
+    b.steps.append(meta)
+    return info.get("query")
+
+
 def read_upstream_rollout(steps, file, line: int, raw: bytes, problems: ProblemIndex | None = None) -> dict:
     "One upstream ShoppingBench rollout (a JSON list of steps for one task) as a canonical trajectory."
     steps = _list(steps, "rollout", None)
@@ -296,53 +352,9 @@ def read_upstream_rollout(steps, file, line: int, raw: bytes, problems: ProblemI
     b.messages.append(None)
     for i, st in enumerate(steps):
         st = _dict(st, "rollout step", i)
-        comp = _dict(st.get("completion"), "completion", i)
-        msg = _dict(comp.get("message"), "completion.message", i, required=False)
-        info = _dict(st.get("extra_info"), "extra_info", i, required=False)
         if i == 0 and "prompt" in st: prompt = st["prompt"]
-        channel = as_text(comp.get("reasoning_content"), "completion.reasoning_content", i)
-        raw_text = as_text(comp.get("content"), "completion.content", i)
-        think = as_text(msg.get("think"), "completion.message.think", i) or _strip_think_tags(channel)
-        response = as_text(msg.get("response"), "completion.message.response", i)
-        obs = _list(msg.get("obs"), "completion.message.obs", i)
-        by_id, loose = {}, []
-        for o in obs:
-            if isinstance(o, dict) and isinstance(o.get("tool_call_id"), str): by_id.setdefault(o["tool_call_id"], []).append(o.get("results"))
-            else: loose.append(o.get("results") if isinstance(o, dict) else o)
-        calls, results = [], []
-        for j, c in enumerate(_list(msg.get("tool_call"), "completion.message.tool_call", i)):
-            c = _dict(c, _where("tool_call", j), i)
-            name = c.get("name")
-            if not isinstance(name, str) or not name: raise Reject("missing_field" if name is None else "wrong_type", _where("tool_call", j) + ".name", i)
-            src_id = c.get("tool_call_id")
-            if src_id is not None and not (isinstance(src_id, str) and src_id): raise Reject("wrong_type", _where("tool_call", j) + ".tool_call_id", i)
-            args = b.arguments(c.get("parameters"), i, j)
-            cid = b.unique_id(src_id or tool_call_id(name, c.get("parameters")), i)
-            calls.append(make_tool_call(cid, name, args))
-            if src_id in by_id and by_id[src_id]: results.append(result_text(by_id[src_id].pop(0)))
-            elif loose: results.append(result_text(loose.pop(0)))
-            else: results.append(None)
-        k = b.assistant(response, think, calls)
-        for c, r in zip(calls, results):
-            if r is None: b.issue("unpaired_tool_call", i, c["id"])
-            else: b.tool(c["id"], c["function"]["name"], r)
-        for oid, rest in by_id.items():
-            for r in rest:
-                b.issue("unpaired_tool_result", i, oid)
-                b.tool(oid, "", result_text(r))
-        for r in loose:
-            b.issue("unpaired_tool_result", i, "(no id)")
-            b.tool(f"obs-{i}-{len(b.messages)}", "", result_text(r))
-        q = info.get("query")
+        q = _upstream_step(b, i, st)
         if isinstance(q, str) and q and not query: query = q
-        meta = {"step": i, "message_index": k, "timestamp": info.get("timestamp"), "proxy_calls": [], "content_raw": raw_text}
-        if channel and _strip_think_tags(channel) != think: meta["reasoning_channel"] = channel
-        if "step" in info: meta["source_step"] = info["step"]
-        extras = {part: x for part, d, known in (("step", st, _UP_STEP), ("completion", comp, _UP_COMPLETION), ("message", msg, _UP_MESSAGE),
-                                                 ("extra_info", info, ("step", "query", "timestamp")))
-                  if (x := leftover(d, known))}
-        if extras: meta["extra"] = extras
-        b.steps.append(meta)
     if not query: raise Reject("missing_query")
     b.messages[0] = text_message("user", query)
     pid = problems.problem_id(query) if problems else None
@@ -406,13 +418,37 @@ def _openai_call(c, b: TrajectoryBuilder, i: int, j: int) -> dict:
     if cid is not None and not (isinstance(cid, str) and cid): raise Reject("wrong_type", _where("tool_calls", j) + ".id", i)
     return make_tool_call(b.unique_id(cid or tool_call_id(name, src if src is not None else {}), i), name, b.arguments(src, i, j))
 
-# %% ../../nbs/03_normalise_and_judge/01_readers.ipynb #2f940ffb
-def read_openai_row(row, file, line: int, raw: bytes, problems: ProblemIndex | None = None) -> dict:
-    "One OpenAI-style row (`messages`, optional `tools`, metadata keys) as a canonical trajectory."
-    if not isinstance(row, dict): raise Reject("not_a_record", f"a row is an object, got {type(row).__name__}")
-    if "messages" not in row: raise Reject("missing_field", "messages")
-    msgs = _list(_maybe_json(row["messages"], "messages"), "messages", None)
-    b, pending, step, msg_extra = TrajectoryBuilder(), [], 0, {}
+# %% ../../nbs/03_normalise_and_judge/01_readers.ipynb #1862ea3e
+def _openai_assistant(b: TrajectoryBuilder, m: dict, content: str, i: int, step: int, pending: list) -> list:
+    "Add one assistant message (thinking as a field, or split off `content` as Qwen3's template does); returns its calls, the new pending ones."
+    reasoning = next((m[k] for k in ("reasoning_content", "reasoning", "thinking") if m.get(k) is not None), None)
+    if reasoning is None and "</think>" in content: reasoning, content = split_think(content)
+    reasoning = as_text(reasoning, _where("messages", i) + ".reasoning_content", i)
+    calls = [_openai_call(c, b, i, j) for j, c in enumerate(_list(_maybe_json(m.get("tool_calls"), "tool_calls"), _where("messages", i) + ".tool_calls", i))]
+    for c in pending: b.issue("unpaired_tool_call", i, c["id"])
+    k = b.assistant(content, reasoning, calls)
+    meta = {"step": step, "message_index": k}
+    if (x := leftover(m, _OPENAI_MSG["assistant"])): meta["extra"] = x
+    b.steps.append(meta)
+    return list(calls)
+
+
+def _openai_tool(b: TrajectoryBuilder, m: dict, content: str, i: int, pending: list) -> None:
+    "Add one tool result, answering the pending call it names (the first pending one when it names none), which stops being pending."
+    cid, name = m.get("tool_call_id"), m.get("name")
+    if cid is not None and not isinstance(cid, str): raise Reject("wrong_type", _where("messages", i) + ".tool_call_id", i)
+    if name is not None and not isinstance(name, str): raise Reject("wrong_type", _where("messages", i) + ".name", i)
+    match = next((c for c in pending if c["id"] == cid), None) if cid else (pending[0] if pending else None)
+    if match is None and cid:  # a renamed duplicate: the source id names the first unanswered call with that stem
+        match = next((c for c in pending if b.renamed.get(c["id"]) == cid), None)
+    if match is not None: pending.remove(match)
+    else: b.issue("unpaired_tool_result", i, cid or "(no id)")
+    b.tool(match["id"] if match else (cid or f"result-{i}"), name or (match["function"]["name"] if match else ""), content)
+
+
+def _openai_turns(b: TrajectoryBuilder, msgs: list) -> dict:
+    "Add an OpenAI row's messages to `b`; returns the keys of its system, user and tool messages the format does not name."
+    pending, step, msg_extra = [], 0, {}
     for i, m in enumerate(msgs):
         m = _dict(m, _where("messages", i), i)
         role = m.get("role")
@@ -424,29 +460,34 @@ def read_openai_row(row, file, line: int, raw: bytes, problems: ProblemIndex | N
             if role == "developer": b.issue("role_renamed", i, "developer -> system")
             b.messages.append(text_message("system" if role == "developer" else role, content))
         elif role == "assistant":
-            reasoning = next((m[k] for k in ("reasoning_content", "reasoning", "thinking") if m.get(k) is not None), None)
-            if reasoning is None and "</think>" in content: reasoning, content = split_think(content)
-            reasoning = as_text(reasoning, _where("messages", i) + ".reasoning_content", i)
-            calls = [_openai_call(c, b, i, j) for j, c in enumerate(_list(_maybe_json(m.get("tool_calls"), "tool_calls"), _where("messages", i) + ".tool_calls", i))]
-            for c in pending: b.issue("unpaired_tool_call", i, c["id"])
-            pending = list(calls)
-            k = b.assistant(content, reasoning, calls)
-            meta = {"step": step, "message_index": k}
-            if (x := leftover(m, _OPENAI_MSG["assistant"])): meta["extra"] = x
-            b.steps.append(meta)
+            pending = _openai_assistant(b, m, content, i, step, pending)
             step += 1
-        else:
-            cid, name = m.get("tool_call_id"), m.get("name")
-            if cid is not None and not isinstance(cid, str): raise Reject("wrong_type", _where("messages", i) + ".tool_call_id", i)
-            if name is not None and not isinstance(name, str): raise Reject("wrong_type", _where("messages", i) + ".name", i)
-            match = next((c for c in pending if c["id"] == cid), None) if cid else (pending[0] if pending else None)
-            if match is None and cid:  # a renamed duplicate: the source id names the first unanswered call with that stem
-                match = next((c for c in pending if b.renamed.get(c["id"]) == cid), None)
-            if match is not None: pending.remove(match)
-            else: b.issue("unpaired_tool_result", i, cid or "(no id)")
-            b.tool(match["id"] if match else (cid or f"result-{i}"), name or (match["function"]["name"] if match else ""), content)
+        else: _openai_tool(b, m, content, i, pending)
         if role != "assistant" and (x := leftover(m, _OPENAI_MSG[role])): msg_extra[str(i)] = x
     for c in pending: b.issue("unpaired_tool_call", None, c["id"])
+    return msg_extra
+
+# %% ../../nbs/03_normalise_and_judge/01_readers.ipynb #98659e56
+def _openai_meta(row: dict, file, line: int) -> dict:
+    "The meta of an OpenAI row: its well-known keys in their `meta` fields, the others in `meta.extra`."
+    meta = new_meta("openai_messages", file, line)
+    for k, v in row.items():
+        if k in ("messages", "tools", "problem_id", "query", "category"): continue
+        if k in _ROW_META:
+            path = _ROW_META[k]
+            if len(path) == 1: meta[path[0]] = opt_str(v)
+            else: meta[path[0]] = {**(meta[path[0]] or {}), path[1]: v}
+        else: meta["extra"][k] = v
+    if meta["miner"] is not None: meta["miner"] = {"hotkey": meta["miner"].get("hotkey"), "uid": meta["miner"].get("uid")}
+    return meta
+
+
+def read_openai_row(row, file, line: int, raw: bytes, problems: ProblemIndex | None = None) -> dict:
+    "One OpenAI-style row (`messages`, optional `tools`, metadata keys) as a canonical trajectory."
+    if not isinstance(row, dict): raise Reject("not_a_record", f"a row is an object, got {type(row).__name__}")
+    if "messages" not in row: raise Reject("missing_field", "messages")
+    b = TrajectoryBuilder()
+    msg_extra = _openai_turns(b, _list(_maybe_json(row["messages"], "messages"), "messages", None))
     raw_tools = _maybe_json(row.get("tools"), "tools")
     if raw_tools is None:
         b.issue("tools_missing", None, "")
@@ -462,14 +503,6 @@ def read_openai_row(row, file, line: int, raw: bytes, problems: ProblemIndex | N
     if pid is not None and not isinstance(pid, str): pid = str(pid)
     if pid is None and problems: pid = problems.problem_id(query)
     cat = row.get("category") if isinstance(row.get("category"), str) else (problems.category(pid) if problems and pid else None)
-    meta = new_meta("openai_messages", file, line)
-    for k, v in row.items():
-        if k in ("messages", "tools", "problem_id", "query", "category"): continue
-        if k in _ROW_META:
-            path = _ROW_META[k]
-            if len(path) == 1: meta[path[0]] = opt_str(v)
-            else: meta[path[0]] = {**(meta[path[0]] or {}), path[1]: v}
-        else: meta["extra"][k] = v
-    if meta["miner"] is not None: meta["miner"] = {"hotkey": meta["miner"].get("hotkey"), "uid": meta["miner"].get("uid")}
+    meta = _openai_meta(row, file, line)
     if msg_extra: meta["message_extra"] = msg_extra  # keys of system, user and tool messages the format does not name
     return finish(b, meta, trajectory_id(file, line, raw), pid, query, cat, tools)

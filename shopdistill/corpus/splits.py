@@ -10,9 +10,10 @@ __all__ = ['SPLITS', 'text_or_none', 'is_true', 'problem_key', 'load_bank', 'pro
 import hashlib
 import numpy as np
 from collections import Counter, defaultdict
-from ..arena.paraphrase import gold_ids
-from ..arena.clusters import UnionFind, leak_clusters, normalise_text, similar_text_pairs
-from ..arena.paraphrase import golds_of, protected_spans, swap_synonyms, toggle_line_breaks
+from dataclasses import asdict
+from scipy.cluster.hierarchy import DisjointSet
+from ..arena.clusters import cluster_labels, leak_clusters, normalise_text, similar_text_pairs
+from ..arena.paraphrase import gold_ids, golds_of, protected_spans, swap_synonyms, toggle_line_breaks
 from .readers import load_task_file
 
 # %% ../../nbs/04_structural_filter/07_splits.ipynb #a987945c
@@ -53,24 +54,23 @@ def problem_clusters(problems: list[dict], settings=None, answers: dict | None =
     """Problem id -> leak-cluster label: chapter 00's `leak_clusters` with `settings` (its ClusterSettings); problems of
     unknown category (outside the bank) also compared by text with every category; then clusters joined when two problems
     share a product in `answers` (problem id -> ids its successful traces recommended)."""
-    from dataclasses import asdict
     kw = asdict(settings) if settings is not None else {}
     labels = leak_clusters(problems, **kw)
-    uf, first, owner = UnionFind(len(problems)), {}, {}
+    sets, first, owner = DisjointSet(range(len(problems))), {}, {}
     for i, c in enumerate(labels):
-        if c in first: uf.union(first[c], i)
+        if c in first: sets.merge(first[c], i)
         else: first[c] = i
     if any(p.get("category") is None for p in problems):  # chapter 00 compares texts within a category; an unknown one could be any
         text_kw = {k: v for k, v in kw.items() if k in ("similarity", "similarity_no_numbers", "lsh_threshold", "content_df", "min_df", "num_perm", "seed")}
         for i, j, _ in similar_text_pairs([p["query"] for p in problems], **text_kw):
             a, b = problems[i], problems[j]
             if (a.get("category") is None or b.get("category") is None) and not (gold_ids(a) and gold_ids(b) and not gold_ids(a) & gold_ids(b)):
-                uf.union(i, j)
+                sets.merge(i, j)
     for i, p in enumerate(problems):
         for pid in sorted((answers or {}).get(p["id"], ())):
-            if pid in owner: uf.union(owner[pid], i)
+            if pid in owner: sets.merge(owner[pid], i)
             else: owner[pid] = i
-    return {p["id"]: c for p, c in zip(problems, uf.labels())}
+    return {p["id"]: c for p, c in zip(problems, cluster_labels(sets, len(problems)))}
 
 # %% ../../nbs/04_structural_filter/07_splits.ipynb #2a6a45a2
 SPLITS = ("train", "eval")

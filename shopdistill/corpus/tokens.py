@@ -11,6 +11,7 @@ import math
 import re
 from pathlib import Path
 from .chat import render_chat
+from fastcore.basics import patch
 
 # %% ../../nbs/04_structural_filter/02_tokens.ipynb #f87de765
 QWEN_SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -50,7 +51,7 @@ def _ascii_model(tokenizer):
         and not model.get("continuing_subword_prefix") and not model.get("end_of_word_suffix")
     return tokenizer.model if ok else None
 
-# %% ../../nbs/04_structural_filter/02_tokens.ipynb #132a1300
+# %% ../../nbs/04_structural_filter/02_tokens.ipynb #379836a8
 class TokenCounter:
     """Exact token counts of texts for one tokenizer (`tokenizers.Tokenizer`), memoising the spans between added tokens.
     For Qwen's pipeline (see `_ascii_model`), ASCII spans are split into pre-tokens by Python's `re` (five times faster
@@ -82,23 +83,29 @@ class TokenCounter:
                 for p, e in zip(todo, encode(todo, add_special_tokens=False)): self.memo[p] = len(e.ids)
         return n + sum(self.memo[p] for p in spans)
 
-    def _count_ascii(self, span: str) -> int:
-        "Tokens of an ASCII span with no added token in it: the BPE pieces of each of its pre-tokens (memoised)."
-        words, pieces = self.words, _ASCII_PRETOKENIZE.findall(span)
-        new = set(pieces).difference(words)
-        if new:
-            if len(words) > self.max_memo: words.clear(); new = set(pieces)
-            for w in new: words[w] = len(self.model.tokenize(w.translate(self.bytes)))
-        return sum(map(words.__getitem__, pieces))
-
-    def count_chat(self, messages: list, tools: list | None = None) -> int:
-        "Tokens of a conversation rendered by the Qwen3 chat template."
-        return self.count(render_chat(messages, tools))
-
-    def describe(self) -> str:
-        return self.name if self.exact else "chars/4 (a proxy: four characters a token, not a tokenizer)"
+# %% ../../nbs/04_structural_filter/02_tokens.ipynb #3b02a2e0
+@patch
+def _count_ascii(self: TokenCounter, span: str) -> int:
+    "Tokens of an ASCII span with no added token in it: the BPE pieces of each of its pre-tokens (memoised)."
+    words, pieces = self.words, _ASCII_PRETOKENIZE.findall(span)
+    new = set(pieces).difference(words)
+    if new:
+        if len(words) > self.max_memo: words.clear(); new = set(pieces)
+        for w in new: words[w] = len(self.model.tokenize(w.translate(self.bytes)))
+    return sum(map(words.__getitem__, pieces))
 
 
+@patch
+def count_chat(self: TokenCounter, messages: list, tools: list | None = None) -> int:
+    "Tokens of a conversation rendered by the Qwen3 chat template."
+    return self.count(render_chat(messages, tools))
+
+
+@patch
+def describe(self: TokenCounter) -> str:
+    return self.name if self.exact else "chars/4 (a proxy: four characters a token, not a tokenizer)"
+
+# %% ../../nbs/04_structural_filter/02_tokens.ipynb #2f7f4bfe
 def train_bpe(texts, vocab_size: int = 8000):
     "A byte-level BPE (`tokenizers.Tokenizer`) trained on `texts`, with Qwen's special and added tokens and its digit-by-digit split."
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers

@@ -149,7 +149,7 @@ def trajectory_validator():
 # %% ../../nbs/03_normalise_and_judge/00_trajectory.ipynb #010a6a76
 def trajectory_problems(traj) -> list[str]:
     "Everything wrong with one canonical trajectory (schema, then the rules a schema cannot state); [] if valid."
-    errs = [f"$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e.absolute_path) + f": {e.message[:200]}"
+    errs = ["$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e.absolute_path) + f": {e.message[:200]}"
             for e in trajectory_validator().iter_errors(traj)]
     if errs: return errs
     msgs = traj["messages"]

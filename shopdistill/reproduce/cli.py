@@ -80,7 +80,8 @@ def _train_arguments(p):
 @command("train", "post-train with the five-stage recipe (chapters 05-06), or --dry-run to check a profile's trainers", _train_arguments, settings=True)
 def _train(args) -> int:
     if args.dry_run:
-        rows = dry_run(args.settings)
+        s = args.settings
+        rows = dry_run(s.train, s.kto, s.grpo)
         for r in rows: print("  ".join(f"{k}={v}" for k, v in r.items()))
         print(f"dry run of profile {args.profile!r}: {sum(r['trainer'] != 'note' for r in rows)} trainers built, nothing trained")
         return 0

@@ -69,10 +69,6 @@ class Settings:
         "This profile's run folder and its artifacts."
         return Run.of(self.profile)
 
-    def run_dir(self) -> Path:
-        "TRANSITIONAL: the run folder, created."
-        return self.run.make().path
-
     def to_dict(self) -> dict:
         "All settings as plain data, as a manifest records them."
         return {k: asdict(v) if is_dataclass(v) else v for k, v in ((n, getattr(self, n)) for n in self.sections())}

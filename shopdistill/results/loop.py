@@ -7,22 +7,23 @@ __all__ = ['LoopSettings', 'last_checkpoint_stage', 'CheckpointMiner', 'LoopSeas
            'loop_table', 'loop_figure']
 
 # %% ../../nbs/07_results/05_loop.ipynb #2cbd40aa
+import itertools
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 from ..arena.miners import MinerSpec, VARIANTS
 from ..arena.rules import ArenaSettings
 from ..arena.season import AgentVersion, ArenaTracesSettings, Season, clear_state, fake_hotkey, race_bank, run_work, set_state
-from ..sandbox.profile import load_sandbox
 from ..arena.tool_client import current_client, episode_env
 from ..core.progress import progress as progress_bar
-from ..corpus.trajectory import tool_message
+from ..core.run import STAGES, Run, TrainFolder
 from .tex import Quoted, booktabs
-from ..sandbox.tools import call_tool
-from ..training.rendering import parse_assistant, render_prompt, tool_schemas_for_training
-from ..training.rollout import BACKENDS, KVStore, episode_seed
-from ..training.settings import TrainSettings
-from ..training.stages import STAGE_ORDER
+from ..sandbox.catalog import CatalogSettings
+from ..sandbox.profile import load_sandbox
+from ..sandbox.search import SearchSettings
+from ..sandbox.tasks import TaskSettings
+from ..training.rendering import tool_schemas_for_training
+from ..training.rollout import BACKENDS, KVStore, TurnHook, Turns, new_episode, play_rounds
+from ..training.settings import RolloutSettings
 
 # %% ../../nbs/07_results/05_loop.ipynb #a544cb2a
 @dataclass(frozen=True)
@@ -39,19 +40,34 @@ class LoopSettings:
     seed: int = 0
 
 
-def last_checkpoint_stage(train_dir) -> str:
-    "The last stage of the recipe (`stages.STAGE_ORDER`) whose `model/` exists under `train_dir`."
-    found = [s for s in STAGE_ORDER if (Path(train_dir) / s / "model" / "config.json").exists()]
-    if not found: raise FileNotFoundError(f"no stage checkpoint under {train_dir}: run nbs/05_supervised_stack.ipynb and nbs/06_dr_grpo.ipynb first")
+def last_checkpoint_stage(train: TrainFolder) -> str:
+    "The last stage of the recipe (`core.run.STAGES`) that has a policy in `train` (a run's `train()` folder)."
+    found = [s for s in STAGES if train.stage(s).has_policy]
+    if not found: raise FileNotFoundError(f"no stage checkpoint under {train.path}: run chapters 05 and 06 (nbs/05_supervised_stack/, nbs/06_dr_grpo/) first")
     return found[-1]
 
 # %% ../../nbs/07_results/05_loop.ipynb #cc416917
+class _MinerTurns(TurnHook):
+    "The miner's side of each turn: the model call billed to the proxy before the turn's tool calls run, then the step recorded."
+    def __init__(self, miner, client): self.miner, self.client, self.steps = miner, client, []
+
+    def generated(self, ep, prompt, completion):
+        m = self.miner
+        self.client.simulate_inference(prompt, m.tok.decode(completion, skip_special_tokens=True), max_tokens=m.max_new_tokens,
+                                       tokens_per_s=m.tokens_per_s)
+        m.turns += 1
+
+    def played(self, ep, msg, results):
+        calls = [(c["function"]["name"], c["function"]["arguments"]) for c in msg["tool_calls"]]
+        self.steps.append(self.client.record_step(think=msg.get("reasoning_content") or "", response=msg.get("content") or "",
+                                                  tool_calls=[{"name": n, "parameters": a, "result": r} for (n, a), r in zip(calls, results)]))
+
+
 class CheckpointMiner:
     "A trained policy behind SN15's `agent_main(problem) -> steps`, its tools and model calls through the installed tool client."
     def __init__(self, model, tok, *, step_cap: int = 25, max_new_tokens: int = 192, max_prompt_tokens: int = 4096,
                  temperature: float = 0.0, top_p: float = 1.0, tokens_per_s: float = 60.0, seed: int = 0, backend: str = "transformers",
                  kv_reuse: bool | None = None):
-        import itertools
         # `backend`: a rollout backend's name, or a function with their signature (tests script completions with one)
         self.model, self.tok, self.generate = model, tok, backend if callable(backend) else BACKENDS[backend]
         # a problem's KV cache kept between its turns, so each turn prefills only what the last one added (as chapter 05's
@@ -61,45 +77,22 @@ class CheckpointMiner:
         self.step_cap, self.max_new_tokens, self.max_prompt_tokens = step_cap, max_new_tokens, max_prompt_tokens
         self.temperature, self.top_p, self.tokens_per_s, self.seed = temperature, top_p, tokens_per_s, seed
         self.tools = tool_schemas_for_training()
-        self.stop = [tok.convert_tokens_to_ids("<|im_end|>"), tok.eos_token_id]
         self.turns = 0  # model calls made, over every problem
         self.bar = None  # a progress bar the loop hands in: one tick per problem played
 
     def agent_main(self, problem: dict) -> list:
         client = current_client()
-        env = episode_env(client, self.step_cap)
         pid = problem.get("problem_id", problem.get("id", ""))  # what SN15 hands an agent: problem_id, query, category
-        messages, steps = [{"role": "user", "content": problem["query"]}], []
-        key = f"{pid}#{next(self._episode)}"
-        try: self._play(pid, key, client, env, messages, steps)
+        ep = new_episode({"id": pid, "query": problem["query"]}, 0, episode_env(client, self.step_cap), f"{pid}#{next(self._episode)}")
+        hook = _MinerTurns(self, client)
+        turns = Turns(self.tok, self.tools, temperature=self.temperature, top_p=self.top_p, seed=self.seed, greedy_first=False,
+                      max_new_tokens=self.max_new_tokens, max_prompt_tokens=self.max_prompt_tokens, hook=hook)
+        try: play_rounds(self.generate, self.model, [ep], turns, batch_size=1, kv=self.kv)
         finally:
-            if self.kv is not None: self.kv.drop(key)
+            if self.kv is not None: self.kv.drop(ep["trajectory_id"])
         if self.bar is not None: self.bar.update(1); self.bar.set_postfix(model_calls=self.turns, refresh=False)
-        return steps
+        return hook.steps
     __call__ = agent_main
-
-    def _play(self, pid, key, client, env, messages, steps):
-        "One problem's turns, appended to `messages` and `steps`."
-        cache = {"keys": [key], "kv": self.kv} if self.kv is not None else {}
-        for turn in range(self.step_cap):
-            text, ids = render_prompt(self.tok, messages, self.tools)
-            if len(ids) + self.max_new_tokens > self.max_prompt_tokens: break  # its context is full
-            out = self.generate(self.model, [ids], max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
-                                seeds=[episode_seed(self.seed, pid, 0, turn)], stop_ids=self.stop, pad_id=self.tok.pad_token_id, **cache)[0]
-            completion = self.tok.decode(out, skip_special_tokens=True)
-            client.simulate_inference(text, completion, max_tokens=self.max_new_tokens, tokens_per_s=self.tokens_per_s)
-            self.turns += 1
-            msg = parse_assistant(self.tok, out, ids, self.tools)
-            calls = [(c["function"]["name"], c["function"]["arguments"]) for c in msg["tool_calls"]]
-            results = []
-            for name, args in calls:
-                results.append(call_tool(env, name, args))
-                if env.done: break
-            steps.append(client.record_step(think=msg.get("reasoning_content") or "", response=msg.get("content") or "",
-                                            tool_calls=[{"name": n, "parameters": a, "result": r} for (n, a), r in zip(calls, results)]))
-            if not calls or env.done: break
-            messages.append({**msg, "tool_calls": [{**c, "id": f"t{turn}c{k}"} for k, c in enumerate(msg["tool_calls"])]})
-            messages += [tool_message(f"t{turn}c{k}", n, r) for k, ((n, _), r) in enumerate(zip(calls, results))]
 
 # %% ../../nbs/07_results/05_loop.ipynb #ad8f6d42
 class LoopSeason(Season):
@@ -145,22 +138,23 @@ def placing(races, entrant: str) -> list[dict]:
     return out
 
 # %% ../../nbs/07_results/05_loop.ipynb #2efb9349
-def run_loop(cfg, model, tok, settings: LoopSettings, progress: bool = True) -> dict:
-    "One season of the profile's arena with the checkpoint as a miner: its placing per day and a summary."
+def run_loop(run: Run, traces: ArenaTracesSettings, rules: ArenaSettings, catalog: CatalogSettings, search: SearchSettings,
+             tasks: TaskSettings, rollout: RolloutSettings, settings: LoopSettings, model, tok, progress: bool = True) -> dict:
+    """One season of the arena (`traces`: section `arena_traces`, `rules`: section `arena`) on the sandbox of `run` (its three
+    sections, as `load_sandbox` takes them) with `model` as a miner (`rollout`: section `train.rollout`, for the backend and
+    the token budgets `settings` leaves at 0): its placing per day and a summary."""
     import pandas as pd
     t0 = time.time()
-    st = cfg.arena_traces
-    st = replace(st, days=settings.days or st.days, workers=1)
-    rules = cfg.arena
-    ro = cfg.train.rollout
-    catalog, engine, tasks = load_sandbox(cfg.run, cfg.catalog, cfg.search, cfg.tasks)
-    bank, labels, pools, suites = race_bank(tasks, catalog, rules, st)
+    st = replace(traces, days=settings.days or traces.days, workers=1)
+    ro = rollout
+    products, engine, found = load_sandbox(run, catalog, search, tasks)
+    bank, labels, pools, suites = race_bank(found, products, rules, st)
     miner = CheckpointMiner(model, tok, step_cap=st.step_cap, max_new_tokens=settings.max_new_tokens or ro.max_new_tokens,
                             max_prompt_tokens=settings.max_prompt_tokens or ro.max_prompt_tokens, temperature=settings.temperature,
                             top_p=settings.top_p, tokens_per_s=settings.tokens_per_s, seed=settings.seed, backend=ro.backend)
     # its label in the season's tables: an agentic miner (it writes its own tool calls); the spec itself is never run
     season = LoopSeason(st, rules, bank, labels, pools, suites, MinerSpec.make("agentic", sorted(VARIANTS["agentic"])[0]))
-    set_state(catalog, engine, {p["id"]: p for p in bank}, st, agents={season.entrant.version_id: miner})
+    set_state(products, engine, {p["id"]: p for p in bank}, st, agents={season.entrant.version_id: miner})
     writer, days = _CountingWriter(), []
     if progress:  # the season decides how many problems the checkpoint plays (qualifying, then a race if it qualifies): no total
         miner.bar = progress_bar(None, "loop: the checkpoint's problems", unit="problem")
@@ -186,7 +180,7 @@ def run_loop(cfg, model, tok, settings: LoopSettings, progress: bool = True) -> 
 
 # %% ../../nbs/07_results/05_loop.ipynb #3aa05aa9
 def loop_results(summary: dict, place: list[dict]) -> dict:
-    "Named numbers of the loop season (`arena_loop.run_loop`): the checkpoint's placing, per day and in summary."
+    "Named numbers of the loop season (`run_loop`): the checkpoint's placing, per day and in summary."
     out = {f"loop.{k}": v for k, v in summary.items() if k != "seconds"}  # seconds vary between runs; results.json does not
     for p in place:
         out[f"loop.day{p['day'] + 1}.day"] = p["day"] + 1

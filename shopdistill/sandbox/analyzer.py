@@ -10,6 +10,7 @@ import re
 import sys
 import unicodedata
 from functools import lru_cache
+from fastcore.basics import patch
 
 # %% ../../nbs/01_shopping_sandbox/01_analyzer.ipynb #83a88bfd
 # Lucene's EnglishAnalyzer.ENGLISH_STOP_WORDS_SET, which Anserini's default analyzer uses.
@@ -64,7 +65,7 @@ _PICTOGRAPHIC = [(0xA9, 0xA9), (0xAE, 0xAE), (0x203C, 0x203C), (0x2049, 0x2049),
 
 def _in_blocks(cp, blocks) -> bool: return any(a <= cp <= b for a, b in blocks)
 
-# %% ../../nbs/01_shopping_sandbox/01_analyzer.ipynb #d3185865
+# %% ../../nbs/01_shopping_sandbox/01_analyzer.ipynb #18d0f552
 def _word_break_classes() -> dict:
     "Code points of each UAX#29 word-break class that matters for tokens, from the Unicode database."
     cls = {k: [] for k in ("letter", "numeric", "katakana", "hiragana", "ideo", "sea", "extend", "enl", "pict")}
@@ -98,7 +99,7 @@ def _word_break_classes() -> dict:
             cls["letter"].append(cp)
     return cls
 
-
+# %% ../../nbs/01_shopping_sandbox/01_analyzer.ipynb #d18632fa
 @lru_cache(maxsize=1)
 def _token_pattern() -> re.Pattern:
     "One regex whose matches are StandardTokenizer's tokens (UAX#29 words, ideographs, kana, SE Asian runs, emoji)."
@@ -156,7 +157,7 @@ def tokenize(text: str) -> list:
 _ASCII_PATTERN = re.compile(
     r"_*(?:(?:[0-9](?:_*[0-9]|[,;.'][0-9])*|[a-z](?:_*[a-z]|[:.'][a-z])*)+)(?:_+(?:[0-9](?:_*[0-9]|[,;.'][0-9])*|[a-z](?:_*[a-z]|[:.'][a-z])*)+)*_*")
 
-# %% ../../nbs/01_shopping_sandbox/01_analyzer.ipynb #ca2293d0
+# %% ../../nbs/01_shopping_sandbox/01_analyzer.ipynb #b1b0249b
 class _Porter:
     """Martin Porter's stemmer as Lucene's PorterStemFilter runs it (the reference C/Java version, with its
     departures from the 1980 paper: -bli -> -ble, -logi -> -log, any doubled consonant undoubled in step 1b),
@@ -211,74 +212,85 @@ class _Porter:
     def r(self, s: str):
         if self.m() > 0: self.setto(s)
 
-    def step1(self):  # plurals and -ed / -ing
-        b = self.b
-        if b[self.k] == "s":
-            if self.ends("sses"): self.k -= 2
-            elif self.ends("ies"): self.setto("i")
-            elif b[self.k - 1] != "s": self.k -= 1
+# %% ../../nbs/01_shopping_sandbox/01_analyzer.ipynb #ffff9426
+@patch
+def step1(self: _Porter):  # plurals and -ed / -ing
+    b = self.b
+    if b[self.k] == "s":
+        if self.ends("sses"): self.k -= 2
+        elif self.ends("ies"): self.setto("i")
+        elif b[self.k - 1] != "s": self.k -= 1
+        del b[self.k + 1:]
+    if self.ends("eed"):
+        if self.m() > 0: self.k -= 1; del b[self.k + 1:]
+    elif (self.ends("ed") or self.ends("ing")) and self.vowel_in_stem():
+        self.k = self.j; del b[self.k + 1:]
+        if self.ends("at"): self.setto("ate")
+        elif self.ends("bl"): self.setto("ble")
+        elif self.ends("iz"): self.setto("ize")
+        elif self.doublec(self.k):
+            ch = b[self.k]; self.k -= 1
+            if ch in "lsz": self.k += 1
             del b[self.k + 1:]
-        if self.ends("eed"):
-            if self.m() > 0: self.k -= 1; del b[self.k + 1:]
-        elif (self.ends("ed") or self.ends("ing")) and self.vowel_in_stem():
-            self.k = self.j; del b[self.k + 1:]
-            if self.ends("at"): self.setto("ate")
-            elif self.ends("bl"): self.setto("ble")
-            elif self.ends("iz"): self.setto("ize")
-            elif self.doublec(self.k):
-                ch = b[self.k]; self.k -= 1
-                if ch in "lsz": self.k += 1
-                del b[self.k + 1:]
-            elif self.m() == 1 and self.cvc(self.k): self.setto("e")
+        elif self.m() == 1 and self.cvc(self.k): self.setto("e")
 
-    def step2(self):  # y -> i after a vowel
-        if self.ends("y") and self.vowel_in_stem(): self.b[self.k] = "i"
+@patch
+def step2(self: _Porter):  # y -> i after a vowel
+    if self.ends("y") and self.vowel_in_stem(): self.b[self.k] = "i"
 
-    _STEP3 = {"a": (("ational", "ate"), ("tional", "tion")), "c": (("enci", "ence"), ("anci", "ance")),
-              "e": (("izer", "ize"),), "l": (("bli", "ble"), ("alli", "al"), ("entli", "ent"), ("eli", "e"), ("ousli", "ous")),
-              "o": (("ization", "ize"), ("ation", "ate"), ("ator", "ate")),
-              "s": (("alism", "al"), ("iveness", "ive"), ("fulness", "ful"), ("ousness", "ous")),
-              "t": (("aliti", "al"), ("iviti", "ive"), ("biliti", "ble")), "g": (("logi", "log"),)}
-    _STEP4 = {"e": (("icate", "ic"), ("ative", ""), ("alize", "al")), "i": (("iciti", "ic"),),
-              "l": (("ical", "ic"), ("ful", "")), "s": (("ness", ""),)}
-    _STEP5 = {"a": ("al",), "c": ("ance", "ence"), "e": ("er",), "i": ("ic",), "l": ("able", "ible"),
-              "n": ("ant", "ement", "ment", "ent"), "s": ("ism",), "t": ("ate", "iti"), "u": ("ous",),
-              "v": ("ive",), "z": ("ize",)}
+# %% ../../nbs/01_shopping_sandbox/01_analyzer.ipynb #40962824
+_Porter._STEP3 = {"a": (("ational", "ate"), ("tional", "tion")), "c": (("enci", "ence"), ("anci", "ance")),
+                  "e": (("izer", "ize"),), "l": (("bli", "ble"), ("alli", "al"), ("entli", "ent"), ("eli", "e"), ("ousli", "ous")),
+                  "o": (("ization", "ize"), ("ation", "ate"), ("ator", "ate")),
+                  "s": (("alism", "al"), ("iveness", "ive"), ("fulness", "ful"), ("ousness", "ous")),
+                  "t": (("aliti", "al"), ("iviti", "ive"), ("biliti", "ble")), "g": (("logi", "log"),)}
+_Porter._STEP4 = {"e": (("icate", "ic"), ("ative", ""), ("alize", "al")), "i": (("iciti", "ic"),),
+                  "l": (("ical", "ic"), ("ful", "")), "s": (("ness", ""),)}
+_Porter._STEP5 = {"a": ("al",), "c": ("ance", "ence"), "e": ("er",), "i": ("ic",), "l": ("able", "ible"),
+                  "n": ("ant", "ement", "ment", "ent"), "s": ("ism",), "t": ("ate", "iti"), "u": ("ous",),
+                  "v": ("ive",), "z": ("ize",)}
 
-    def _table(self, rules):
-        for suffix, repl in rules or ():
-            if self.ends(suffix): self.r(repl); return
+@patch
+def _table(self: _Porter, rules):
+    for suffix, repl in rules or ():
+        if self.ends(suffix): self.r(repl); return
 
-    def step3(self):
-        if self.k == 0: return
-        self._table(self._STEP3.get(self.b[self.k - 1]))
+@patch
+def step3(self: _Porter):
+    if self.k == 0: return
+    self._table(self._STEP3.get(self.b[self.k - 1]))
 
-    def step4(self): self._table(self._STEP4.get(self.b[self.k]))
+@patch
+def step4(self: _Porter): self._table(self._STEP4.get(self.b[self.k]))
 
-    def step5(self):  # drop -ant, -ence, ... when m() > 1
-        if self.k == 0: return
-        ch = self.b[self.k - 1]
-        if ch == "o":
-            if not ((self.ends("ion") and self.j >= 0 and self.b[self.j] in "st") or self.ends("ou")): return
-        elif not any(self.ends(s) for s in self._STEP5.get(ch, ())): return
-        if self.m() > 1: self.k = self.j; del self.b[self.k + 1:]
+@patch
+def step5(self: _Porter):  # drop -ant, -ence, ... when m() > 1
+    if self.k == 0: return
+    ch = self.b[self.k - 1]
+    if ch == "o":
+        if not ((self.ends("ion") and self.j >= 0 and self.b[self.j] in "st") or self.ends("ou")): return
+    elif not any(self.ends(s) for s in self._STEP5.get(ch, ())): return
+    if self.m() > 1: self.k = self.j; del self.b[self.k + 1:]
 
-    def step6(self):  # final -e and -ll
-        self.j = self.k
-        if self.b[self.k] == "e":
-            a = self.m()
-            if a > 1 or (a == 1 and not self.cvc(self.k - 1)): self.k -= 1
-        if self.b[self.k] == "l" and self.doublec(self.k) and self.m() > 1: self.k -= 1
-        del self.b[self.k + 1:]
+# %% ../../nbs/01_shopping_sandbox/01_analyzer.ipynb #0ba36e85
+@patch
+def step6(self: _Porter):  # final -e and -ll
+    self.j = self.k
+    if self.b[self.k] == "e":
+        a = self.m()
+        if a > 1 or (a == 1 and not self.cvc(self.k - 1)): self.k -= 1
+    if self.b[self.k] == "l" and self.doublec(self.k) and self.m() > 1: self.k -= 1
+    del self.b[self.k + 1:]
 
-    def stem(self, word: str) -> str:
-        wide = not all(ord(c) < 0x10000 for c in word)
-        if wide: word = "".join(chr(u) for u in memoryview(word.encode("utf-16-le", "surrogatepass")).cast("H"))
-        if len(word) <= 2: return _from_units(word) if wide else word
-        self.b, self.k, self.j = list(word), len(word) - 1, 0
-        for step in (self.step1, self.step2, self.step3, self.step4, self.step5, self.step6): step()
-        out = "".join(self.b[:self.k + 1])
-        return _from_units(out) if wide else out
+@patch
+def stem(self: _Porter, word: str) -> str:
+    wide = not all(ord(c) < 0x10000 for c in word)
+    if wide: word = "".join(chr(u) for u in memoryview(word.encode("utf-16-le", "surrogatepass")).cast("H"))
+    if len(word) <= 2: return _from_units(word) if wide else word
+    self.b, self.k, self.j = list(word), len(word) - 1, 0
+    for step in (self.step1, self.step2, self.step3, self.step4, self.step5, self.step6): step()
+    out = "".join(self.b[:self.k + 1])
+    return _from_units(out) if wide else out
 
 # %% ../../nbs/01_shopping_sandbox/01_analyzer.ipynb #5b024e11
 def _from_units(s: str) -> str:

@@ -42,7 +42,7 @@ PRODUCT_FIELDS = ("product_id", "shop_id", "brand", "category", "title", "short_
                   "specification", "price", "sold_count", "sku_options", "attributes", "main_image_url",
                   "product_url", "service")
 
-# %% ../../nbs/01_shopping_sandbox/00_catalog.ipynb #ac129649
+# %% ../../nbs/01_shopping_sandbox/00_catalog.ipynb #a3cea641
 Leaf = namedtuple("Leaf", "path nouns sku attrs price")
 
 _COLORS = ["black", "white", "red", "blue", "navy blue", "green", "army green", "pink", "grey", "brown",
@@ -78,6 +78,7 @@ VALUES = {  # option and attribute value pools, already lower-cased as upstream 
     "country_origin": ["china", "philippines", "japan", "korea", "usa", "thailand"],
 }
 
+# %% ../../nbs/01_shopping_sandbox/00_catalog.ipynb #5a72b3b8
 CATEGORY_TREE = [
     Leaf("Fashion > Men's Clothing > T-Shirts", ["t-shirt", "tee", "shirt"], ["color_family", "size"], ["material", "pattern", "fit", "sleeve", "gender"], 250),
     Leaf("Fashion > Men's Clothing > Jeans", ["jeans", "denim pants", "pants"], ["color_family", "waist_size"], ["material", "fit", "style", "gender"], 550),
@@ -117,24 +118,21 @@ CATEGORY_TREE = [
     Leaf("Automotive > Motorcycle Parts > Helmets", ["helmet", "full face helmet", "motorcycle helmet"], ["color_family", "size"], ["hard_material", "feature", "style"], 1600),
 ]
 
-_SYL = ["ka", "lo", "mi", "ra", "zen", "vo", "ta", "pri", "sol", "nex", "lu", "ma", "dor", "fi", "gan", "ho",
-        "tri", "ve", "xo", "bel", "qui", "sa", "ro", "den", "ari", "mo", "pel", "tek", "ul", "yo"]
-
-_ADJ = ["premium", "original", "new", "high quality", "durable", "best seller", "trendy", "classic", "ultra",
-        "pro", "mini", "large", "super", "eco", "smart", "deluxe", "basic", "2026", "authentic", "hot sale"]
-
 def leaf_of(product: dict) -> Leaf | None:
     "The leaf of `CATEGORY_TREE` a product belongs to (None for products of other catalogs)."
     return _LEAF_BY_PATH.get(product.get("category", ""))
 
 _LEAF_BY_PATH = {l.path: l for l in CATEGORY_TREE}
 
-# %% ../../nbs/01_shopping_sandbox/00_catalog.ipynb #b171c314
+# %% ../../nbs/01_shopping_sandbox/00_catalog.ipynb #c076d52f
 _CHUNK = 4096
 
 _N_SHOPS = 100_000
 
 _ID_BASE = 1_000_000_000
+
+_SYL = ["ka", "lo", "mi", "ra", "zen", "vo", "ta", "pri", "sol", "nex", "lu", "ma", "dor", "fi", "gan", "ho",
+        "tri", "ve", "xo", "bel", "qui", "sa", "ro", "den", "ari", "mo", "pel", "tek", "ul", "yo"]
 
 @functools.lru_cache(maxsize=None)
 def _brand_name(i: int) -> str:
@@ -154,7 +152,7 @@ def _shop_profile(shop: int):
     brands = [r.randrange(3000) for _ in range(r.randrange(1, 4))]
     return leaves, brands
 
-
+# %% ../../nbs/01_shopping_sandbox/00_catalog.ipynb #977c9951
 def _options(r, leaf: Leaf) -> dict:
     "1 to 9 option sets over the leaf's option keys, as upstream stores them ({'1': {key: value}})."
     pools = [VALUES[k] for k in leaf.sku]
@@ -174,6 +172,9 @@ def _attributes(r, leaf: Leaf) -> dict:
     return out
 
 
+_ADJ = ["premium", "original", "new", "high quality", "durable", "best seller", "trendy", "classic", "ultra",
+        "pro", "mini", "large", "super", "eco", "smart", "deluxe", "basic", "2026", "authentic", "hot sale"]
+
 def _title(r, brand: str, noun: str, opts: dict, attrs: dict) -> str:
     "Seller-style title: brand, a selling adjective, attribute values, the noun, option values."
     words = [brand] if brand else []
@@ -186,7 +187,7 @@ def _title(r, brand: str, noun: str, opts: dict, attrs: dict) -> str:
     if r.random() < 0.3: words.append(r.choice(["For Men", "For Women", "Unisex", "COD", "Sale", "Ready Stock"]))
     return " ".join(words)
 
-# %% ../../nbs/01_shopping_sandbox/00_catalog.ipynb #a76e754f
+
 def _texts(r, noun: str, brand: str, attrs: dict, opts: dict):
     "Short description, description and specification, which are shown but not indexed."
     feats = [f"{k.replace('_', ' ')}: {', '.join(v)}" for k, v in attrs.items()]
@@ -198,7 +199,7 @@ def _texts(r, noun: str, brand: str, attrs: dict, opts: dict):
     spec = "\n".join(f"{k}: {', '.join(v)}" for k, v in attrs.items())
     return short, desc, spec
 
-
+# %% ../../nbs/01_shopping_sandbox/00_catalog.ipynb #d0e95c34
 def _make_product(r, idx: int, shop: int, leaf: Leaf, brand: str, price_scale: float) -> dict:
     noun = r.choice(leaf.nouns)
     opts, attrs = _options(r, leaf), _attributes(r, leaf)

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from .scoring import price_after_voucher
 from .tools import ShoppingEnv, call_tool, episode_state
+from fastcore.basics import patch
 
 # %% ../../nbs/01_shopping_sandbox/09_reference_agent.ipynb #8048e69f
 @dataclass(frozen=True)
@@ -157,7 +158,7 @@ def match_score(item: Item, p: dict) -> float:
     have = _product_words(p)
     return constraint_hits(item, p) + (sum(w in have for w in kw) / len(kw) if kw else 0.0)
 
-# %% ../../nbs/01_shopping_sandbox/09_reference_agent.ipynb #e288bf62
+# %% ../../nbs/01_shopping_sandbox/09_reference_agent.ipynb #09b07e81
 class ReferenceAgent:
     "A strong tool-only shopper: search, reformulate, inspect, compare, keep one shop, respect the budget, recommend."
     def __init__(self, pages: int = 2, inspect_top: int = 10, max_reformulations: int = 2):
@@ -183,90 +184,100 @@ class ReferenceAgent:
         self._call("terminate", {"status": "success" if len(ids) == len(items) else "failure"})
         return self.steps
 
-    # ---- steps ---------------------------------------------------------------------------
-    def _think(self, text: str): self._pending = getattr(self, "_pending", "") + text + " "
+# %% ../../nbs/01_shopping_sandbox/09_reference_agent.ipynb #420a40a6
+@patch
+def _think(self: ReferenceAgent, text: str): self._pending = getattr(self, "_pending", "") + text + " "
 
-    def _call(self, name: str, args: dict):
-        if episode_state(self.env)["done"]: return []
-        out = call_tool(self.env, name, args)
-        self.steps.append({"think": getattr(self, "_pending", "").strip(), "name": name, "arguments": args, "result": out})
-        self._pending = ""
-        try: return json.loads(out)
-        except json.JSONDecodeError: return []
+@patch
+def _call(self: ReferenceAgent, name: str, args: dict):
+    if episode_state(self.env)["done"]: return []
+    out = call_tool(self.env, name, args)
+    self.steps.append({"think": getattr(self, "_pending", "").strip(), "name": name, "arguments": args, "result": out})
+    self._pending = ""
+    try: return json.loads(out)
+    except json.JSONDecodeError: return []
 
-    def _search(self, q: str, item: Item, **extra) -> list[dict]:
-        args = {"q": q, **({"price": item.price} if item.price else {}), **({"service": ",".join(item.service)} if item.service else {}), **extra}
-        hits = []
-        for page in range(1, self.pages + 1):
-            got = self._call("find_product", {**args, "page": page}) if page > 1 else self._call("find_product", args)
-            hits += got if isinstance(got, list) else []
-            if len(got) < 10: break
-        return hits
+@patch
+def _search(self: ReferenceAgent, q: str, item: Item, **extra) -> list[dict]:
+    args = {"q": q, **({"price": item.price} if item.price else {}), **({"service": ",".join(item.service)} if item.service else {}), **extra}
+    hits = []
+    for page in range(1, self.pages + 1):
+        got = self._call("find_product", {**args, "page": page}) if page > 1 else self._call("find_product", args)
+        hits += got if isinstance(got, list) else []
+        if len(got) < 10: break
+    return hits
 
-    def _inspect(self, hits: list[dict]) -> dict:
-        ids = [h["product_id"] for h in hits[: self.inspect_top]]
-        if not ids: return {}
-        info = self._call("view_product_information", {"product_ids": ",".join(ids)})
-        return {d["product_id"]: d for d in info} if isinstance(info, list) else {}
+@patch
+def _inspect(self: ReferenceAgent, hits: list[dict]) -> dict:
+    ids = [h["product_id"] for h in hits[: self.inspect_top]]
+    if not ids: return {}
+    info = self._call("view_product_information", {"product_ids": ",".join(ids)})
+    return {d["product_id"]: d for d in info} if isinstance(info, list) else {}
 
-    def _rank(self, item: Item, hits: list[dict], info: dict) -> list[tuple]:
-        "Candidates as (score, product) best first: keyword coverage, then the search's own order."
-        out = []
-        for r, h in enumerate(hits):
-            p = {**h, **info.get(h["product_id"], {})}
-            out.append((match_score(item, p) - 1e-4 * r, p))
-        return sorted(out, key=lambda x: -x[0])
+@patch
+def _rank(self: ReferenceAgent, item: Item, hits: list[dict], info: dict) -> list[tuple]:
+    "Candidates as (score, product) best first: keyword coverage, then the search's own order."
+    out = []
+    for r, h in enumerate(hits):
+        p = {**h, **info.get(h["product_id"], {})}
+        out.append((match_score(item, p) - 1e-4 * r, p))
+    return sorted(out, key=lambda x: -x[0])
 
-    def _candidates(self, item: Item, **extra) -> list[tuple]:
-        kw = item.keywords
-        q = " ".join(kw)
-        self._think(f"Searching for '{q}'" + (f" priced {item.price}" if item.price else "") + (f" with {', '.join(item.service)}" if item.service else "") + ".")
-        hits = self._search(q, item, **extra)
-        tries = 0
-        while len(hits) < 3 and tries < self.max_reformulations and len(kw) > 2:
-            kw = kw[: max(2, len(kw) * 2 // 3)]  # keep the leading words: requests name the product first
-            tries += 1
-            self._think(f"Only {len(hits)} results; reformulating to '{' '.join(kw)}'.")
-            hits += [h for h in self._search(" ".join(kw), item, **extra) if h["product_id"] not in {x["product_id"] for x in hits}]
-        if not hits: return []
-        info = self._inspect(hits)
-        ranked = self._rank(item, hits, info)
-        if len(ranked) >= 2:
-            (s1, p1), (s2, p2) = ranked[0], ranked[1]
-            self._think(f"Comparing {p1['product_id']} (score {s1:.2f}: constraints met, then words shared; {p1['price']:g} PHP) with {p2['product_id']} ({s2:.2f}, {p2['price']:g} PHP): {p1['product_id']} matches better.")
-        return ranked
+# %% ../../nbs/01_shopping_sandbox/09_reference_agent.ipynb #0fbeb0dd
+@patch
+def _candidates(self: ReferenceAgent, item: Item, **extra) -> list[tuple]:
+    kw = item.keywords
+    q = " ".join(kw)
+    self._think(f"Searching for '{q}'" + (f" priced {item.price}" if item.price else "") + (f" with {', '.join(item.service)}" if item.service else "") + ".")
+    hits = self._search(q, item, **extra)
+    tries = 0
+    while len(hits) < 3 and tries < self.max_reformulations and len(kw) > 2:
+        kw = kw[: max(2, len(kw) * 2 // 3)]  # keep the leading words: requests name the product first
+        tries += 1
+        self._think(f"Only {len(hits)} results; reformulating to '{' '.join(kw)}'.")
+        hits += [h for h in self._search(" ".join(kw), item, **extra) if h["product_id"] not in {x["product_id"] for x in hits}]
+    if not hits: return []
+    info = self._inspect(hits)
+    ranked = self._rank(item, hits, info)
+    if len(ranked) >= 2:
+        (s1, p1), (s2, p2) = ranked[0], ranked[1]
+        self._think(f"Comparing {p1['product_id']} (score {s1:.2f}: constraints met, then words shared; {p1['price']:g} PHP) with {p2['product_id']} ({s2:.2f}, {p2['price']:g} PHP): {p1['product_id']} matches better.")
+    return ranked
 
-    def _same_shop(self, items: list[Item], cands: list[list]) -> list:
-        "Pick one product per item, all from one shop: first shops every item's results share, then shop-filtered searches."
-        shops = [{p["shop_id"]: (s, p) for s, p in reversed(c)} for c in cands]
-        common = set(shops[0]).intersection(*shops[1:]) if all(shops) else set()
-        if common:
-            best = max(sorted(common), key=lambda sh: sum(d[sh][0] for d in shops))
-            self._think(f"Shop {best} sells a match for every item.")
-            return [d[best][1] for d in shops]
-        order = [p["shop_id"] for _, p in (cands[0] if cands else [])]
-        for shop in list(dict.fromkeys(order))[:3]:
-            picks = [shops[0][shop][1]]
-            for it in items[1:]:
-                self._think(f"Checking whether shop {shop} also sells '{' '.join(it.keywords)}'.")
-                hits = self._search(" ".join(it.keywords), it, shop_id=shop)
-                if not hits: break
-                info = self._inspect(hits)
-                picks.append(self._rank(it, hits, info)[0][1])
-            if len(picks) == len(items): return picks
-        return [c[0][1] if c else None for c in cands]
+# %% ../../nbs/01_shopping_sandbox/09_reference_agent.ipynb #726d7501
+@patch
+def _same_shop(self: ReferenceAgent, items: list[Item], cands: list[list]) -> list:
+    "Pick one product per item, all from one shop: first shops every item's results share, then shop-filtered searches."
+    shops = [{p["shop_id"]: (s, p) for s, p in reversed(c)} for c in cands]
+    common = set(shops[0]).intersection(*shops[1:]) if all(shops) else set()
+    if common:
+        best = max(sorted(common), key=lambda sh: sum(d[sh][0] for d in shops))
+        self._think(f"Shop {best} sells a match for every item.")
+        return [d[best][1] for d in shops]
+    order = [p["shop_id"] for _, p in (cands[0] if cands else [])]
+    for shop in list(dict.fromkeys(order))[:3]:
+        picks = [shops[0][shop][1]]
+        for it in items[1:]:
+            self._think(f"Checking whether shop {shop} also sells '{' '.join(it.keywords)}'.")
+            hits = self._search(" ".join(it.keywords), it, shop_id=shop)
+            if not hits: break
+            info = self._inspect(hits)
+            picks.append(self._rank(it, hits, info)[0][1])
+        if len(picks) == len(items): return picks
+    return [c[0][1] if c else None for c in cands]
 
-    def _fit_budget(self, items, cands, picks, voucher) -> list:
-        "If the basket is over budget after the voucher, swap in the cheapest equally good alternatives."
-        def after(ps): return basket_cost([p["price"] for p in ps if p], len({p["shop_id"] for p in ps if p}), voucher)
-        cost = after(picks)
-        self._think(f"The basket costs {cost:.2f} after the voucher against a budget of {voucher['budget']:g}.")
-        if cost <= voucher["budget"]: return picks
-        out = list(picks)
-        for i, c in enumerate(cands):
-            if not c or not out[i]: continue
-            top = int(c[0][0])  # same number of constraints met
-            same = [p for s, p in c if int(s) >= top and (voucher["voucher_type"] == "platform" or p["shop_id"] == out[i]["shop_id"])]
-            if same: out[i] = min(same, key=lambda p: p["price"])
-        self._think(f"Swapped to cheaper equally matching products: {after(out):.2f}.")
-        return out
+@patch
+def _fit_budget(self: ReferenceAgent, items, cands, picks, voucher) -> list:
+    "If the basket is over budget after the voucher, swap in the cheapest equally good alternatives."
+    def after(ps): return basket_cost([p["price"] for p in ps if p], len({p["shop_id"] for p in ps if p}), voucher)
+    cost = after(picks)
+    self._think(f"The basket costs {cost:.2f} after the voucher against a budget of {voucher['budget']:g}.")
+    if cost <= voucher["budget"]: return picks
+    out = list(picks)
+    for i, c in enumerate(cands):
+        if not c or not out[i]: continue
+        top = int(c[0][0])  # same number of constraints met
+        same = [p for s, p in c if int(s) >= top and (voucher["voucher_type"] == "platform" or p["shop_id"] == out[i]["shop_id"])]
+        if same: out[i] = min(same, key=lambda p: p["price"])
+    self._think(f"Swapped to cheaper equally matching products: {after(out):.2f}.")
+    return out

@@ -200,7 +200,7 @@ def length_reward(steps: list) -> float:
     if not steps: return 0.0
     return 1.0 / len(steps) if any(isinstance(c, dict) and c.get("name") == "terminate" for c in _tool_calls(steps[-1])) else 0.0
 
-# %% ../../nbs/01_shopping_sandbox/06_scoring.ipynb #3e691989
+# %% ../../nbs/01_shopping_sandbox/06_scoring.ipynb #e0fe2412
 def _lookup(catalog) -> Callable[[str], dict | None]:
     "A product lookup from a Catalog, a dict {id: product}, an iterable of products, a callable or None."
     if catalog is None: return lambda pid: None
@@ -230,7 +230,7 @@ def gold_stand_in(gold: dict, shop_id: str) -> dict:
             "price": _price_meeting(gold.get("price", [])), "service": list(gold.get("service", [])),
             "sku_options": {"1": sku} if sku else {}, "attributes": attrs, "stand_in": True}
 
-
+# %% ../../nbs/01_shopping_sandbox/06_scoring.ipynb #255044a4
 def implied_total(voucher: dict) -> float:
     "The products' total before the voucher, from `price_after_voucher` and the voucher's terms."
     after = float(voucher["price_after_voucher"])
@@ -272,6 +272,32 @@ def _field_scores(rr: RuleResult | None, gold: dict) -> dict:
     total = _constraint_counts(gold)
     return {f: (None if not total[f] else (rr.hits[f] / rr.total[f] if rr is not None and rr.total[f] else 0.0)) for f in FIELDS}
 
+
+def _outcome(task: dict, row: dict, items: list[dict], sc: Scorer) -> dict:
+    "`row` completed from its scored `items`: the means over the items, shop or budget where the category has one, and success."
+    n = len(items)
+    row["gt"] = sum(it["gt"] for it in items) / n
+    row["rule"] = sum(it["rule"] for it in items) / n
+    row["product"] = sum(it["resolved"] for it in items) / n
+    for f in FIELDS:
+        vals = [it["fields"][f] for it in items if it["fields"][f] is not None]
+        row[f] = sum(vals) / len(vals) if vals else None
+    counted = [it for it in items if it["resolved"] and (sc.multi_item == "resolved" or it["rule"] > 0)]
+    products = [it["_product"] for it in counted]
+    row["shop"] = row["budget"] = None
+    ok = row["rule"] >= 1 and row["error"] is None and row["has_output"]
+    if task["category"] == "shop":
+        row["shop"] = int(len(counted) == n and len({p.get("shop_id") for p in products}) == 1)
+        ok = ok and row["shop"] == 1
+    elif task["category"] == "voucher":
+        row["budget"], why = budget_ok(products, task["voucher"]) if len(counted) == n else (0, None)
+        if why and not row["problem"]: row["problem"] = why
+        ok = ok and row["budget"] == 1
+    row["success"] = bool(ok)
+    for it in items: del it["_product"]
+    row["items"] = items
+    return row
+
 # %% ../../nbs/01_shopping_sandbox/06_scoring.ipynb #ac6a71b1
 def score_task(task: dict, recommended, catalog=None, scorer="production_strict", similarity: TitleSimilarity | None = None,
                gold_from_task: bool = True) -> dict:
@@ -311,28 +337,7 @@ def score_task(task: dict, recommended, catalog=None, scorer="production_strict"
         item["fields"] = _field_scores(rr, gold)
         item["_product"] = prod
         items.append(item)
-    n = len(items)
-    row["gt"] = sum(it["gt"] for it in items) / n
-    row["rule"] = sum(it["rule"] for it in items) / n
-    row["product"] = sum(it["resolved"] for it in items) / n
-    for f in FIELDS:
-        vals = [it["fields"][f] for it in items if it["fields"][f] is not None]
-        row[f] = sum(vals) / len(vals) if vals else None
-    counted = [it for it in items if it["resolved"] and (sc.multi_item == "resolved" or it["rule"] > 0)]
-    products = [it["_product"] for it in counted]
-    row["shop"] = row["budget"] = None
-    ok = row["rule"] >= 1 and row["error"] is None and row["has_output"]
-    if task["category"] == "shop":
-        row["shop"] = int(len(counted) == n and len({p.get("shop_id") for p in products}) == 1)
-        ok = ok and row["shop"] == 1
-    elif task["category"] == "voucher":
-        row["budget"], why = budget_ok(products, task["voucher"]) if len(counted) == n else (0, None)
-        if why and not row["problem"]: row["problem"] = why
-        ok = ok and row["budget"] == 1
-    row["success"] = bool(ok)
-    for it in items: del it["_product"]
-    row["items"] = items
-    return row
+    return _outcome(task, row, items, sc)
 
 # %% ../../nbs/01_shopping_sandbox/06_scoring.ipynb #9817c038
 _MISSING = object()

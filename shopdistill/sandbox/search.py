@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from .analyzer import Analyzer
 from .catalog import SERVICES, indexed_text
+from fastcore.basics import patch
 
 # %% ../../nbs/01_shopping_sandbox/02_search.ipynb #817afd45
 @dataclass(frozen=True)
@@ -237,7 +238,7 @@ def parse_service(service) -> list:
         if s in _SERVICE_BIT and s not in out: out.append(s)
     return out
 
-# %% ../../nbs/01_shopping_sandbox/02_search.ipynb #6591f4ad
+# %% ../../nbs/01_shopping_sandbox/02_search.ipynb #d137273a
 class SearchEngine:
     """ShoppingBench's search tools over a catalog: Lucene-exact BM25 (as Pyserini scores it) and the upstream
     find_product order of operations (top `hit_cap` hits, filter in rank order, keep 50, sort those, page)."""
@@ -268,143 +269,158 @@ class SearchEngine:
             raise ValueError(f"SearchEngine.load: index in {folder} was built for another catalog (ids {ids})")
         return cls(index, catalog, hit_cap)
 
-    # -- scoring
-    def query_terms(self, q: str) -> list:
-        "(term id, boost) per distinct analysed query term found in the index (Anserini's bag of words)."
-        counts = {}
-        for t in self.analyzer.analyze(q): counts[t] = counts.get(t, 0) + 1
-        tid = self.index.term_id
-        return [(tid[t], c) for t, c in counts.items() if t in tid]
+# %% ../../nbs/01_shopping_sandbox/02_search.ipynb #b5f79dd3
+@patch
+def query_terms(self: SearchEngine, q: str) -> list:
+    "(term id, boost) per distinct analysed query term found in the index (Anserini's bag of words)."
+    counts = {}
+    for t in self.analyzer.analyze(q): counts[t] = counts.get(t, 0) + 1
+    tid = self.index.term_id
+    return [(tid[t], c) for t, c in counts.items() if t in tid]
 
-    def _acc(self) -> np.ndarray:
-        acc = getattr(self._local, "acc", None)
-        if acc is None or len(acc) != self.index.n_docs:
-            acc = self._local.acc = np.zeros(self.index.n_docs, np.float64)
-        return acc
+@patch
+def _acc(self: SearchEngine) -> np.ndarray:
+    acc = getattr(self._local, "acc", None)
+    if acc is None or len(acc) != self.index.n_docs:
+        acc = self._local.acc = np.zeros(self.index.n_docs, np.float64)
+    return acc
 
-    def match(self, q: str):
-        "Every document matching `q` and its Lucene score (float32), in no particular order."
-        terms = sorted(self.query_terms(q), key=lambda tc: -self.index.df(tc[0]))
-        if not terms: return np.zeros(0, np.int32), np.zeros(0, np.float32)
-        if len(terms) == 1:
-            return self.index.postings(*terms[0])
-        acc = self._acc()
-        d, s = self.index.postings(*terms[0])
-        acc[d] = s  # clause scores are summed in double, as Lucene's disjunction does
-        parts = [d]
-        for t, c in terms[1:]:
-            d, s = self.index.postings(t, c)
-            parts.append(d[acc[d] == 0])  # documents not seen yet (every score is > 0)
-            acc[d] += s
-        docs = np.concatenate(parts)
-        scores = acc[docs].astype(np.float32)
-        acc[docs] = 0
-        return docs, scores
+@patch
+def match(self: SearchEngine, q: str):
+    "Every document matching `q` and its Lucene score (float32), in no particular order."
+    terms = sorted(self.query_terms(q), key=lambda tc: -self.index.df(tc[0]))
+    if not terms: return np.zeros(0, np.int32), np.zeros(0, np.float32)
+    if len(terms) == 1:
+        return self.index.postings(*terms[0])
+    acc = self._acc()
+    d, s = self.index.postings(*terms[0])
+    acc[d] = s  # clause scores are summed in double, as Lucene's disjunction does
+    parts = [d]
+    for t, c in terms[1:]:
+        d, s = self.index.postings(t, c)
+        parts.append(d[acc[d] == 0])  # documents not seen yet (every score is > 0)
+        acc[d] += s
+    docs = np.concatenate(parts)
+    scores = acc[docs].astype(np.float32)
+    acc[docs] = 0
+    return docs, scores
 
-    def _keys(self, docs, scores) -> np.ndarray:
-        "One int64 per hit ordering as Lucene does: score descending, then id ascending."
-        bits = scores.view(np.int32).astype(np.int64)  # positive floats order like their bit patterns
-        return (bits << 32) | (0xFFFFFFFF - self.index.tiebreak[docs].astype(np.int64))
+# %% ../../nbs/01_shopping_sandbox/02_search.ipynb #33b6cde2
+@patch
+def _keys(self: SearchEngine, docs, scores) -> np.ndarray:
+    "One int64 per hit ordering as Lucene does: score descending, then id ascending."
+    bits = scores.view(np.int32).astype(np.int64)  # positive floats order like their bit patterns
+    return (bits << 32) | (0xFFFFFFFF - self.index.tiebreak[docs].astype(np.int64))
 
-    def _top(self, docs, scores, k: int) -> np.ndarray:
-        "Positions of the k best hits in rank order, without sorting them all."
-        n = len(scores)
-        if k >= n: sel = np.arange(n)
-        else:
-            sel = None
-            if n > 16_384 and k < n // 8:  # a threshold from a sample cuts the candidates to a few times k
-                sample = scores[:: n // 4096]
-                r = min(len(sample) - 1, int(k * len(sample) / n * 3) + 8)
-                t = np.partition(sample, len(sample) - 1 - r)[len(sample) - 1 - r]
-                sel = np.flatnonzero(scores >= t)
-                if len(sel) < k: sel = None
-            if sel is None:
-                t = np.partition(scores, n - k)[n - k]
-                sel = np.flatnonzero(scores >= t)
-        keys = self._keys(docs[sel], scores[sel])
-        return sel[np.argsort(-keys, kind="stable")[:k]]
+@patch
+def _top(self: SearchEngine, docs, scores, k: int) -> np.ndarray:
+    "Positions of the k best hits in rank order, without sorting them all."
+    n = len(scores)
+    if k >= n: sel = np.arange(n)
+    else:
+        sel = None
+        if n > 16_384 and k < n // 8:  # a threshold from a sample cuts the candidates to a few times k
+            sample = scores[:: n // 4096]
+            r = min(len(sample) - 1, int(k * len(sample) / n * 3) + 8)
+            t = np.partition(sample, len(sample) - 1 - r)[len(sample) - 1 - r]
+            sel = np.flatnonzero(scores >= t)
+            if len(sel) < k: sel = None
+        if sel is None:
+            t = np.partition(scores, n - k)[n - k]
+            sel = np.flatnonzero(scores >= t)
+    keys = self._keys(docs[sel], scores[sel])
+    return sel[np.argsort(-keys, kind="stable")[:k]]
 
-    def search(self, q: str, k: int | None = None):
-        "Ranked hits like LuceneSearcher.search(q, k): (doc indices, scores), k defaults to the hit cap."
-        docs, scores = self.match(q)
-        top = self._top(docs, scores, self.hit_cap if k is None else k)
-        return docs[top], scores[top]
+@patch
+def search(self: SearchEngine, q: str, k: int | None = None):
+    "Ranked hits like LuceneSearcher.search(q, k): (doc indices, scores), k defaults to the hit cap."
+    docs, scores = self.match(q)
+    top = self._top(docs, scores, self.hit_cap if k is None else k)
+    return docs[top], scores[top]
 
-    # -- the tools
-    def _survivors(self, q: str, shop: int | None, lo, hi, need: int) -> np.ndarray:
-        "The first 50 hits, in rank order among the top hit_cap, that pass the shop/price/service filters."
-        docs, scores = self.match(q)
-        n = len(docs)
-        cap = min(n, self.hit_cap)
-        if shop is None and lo is None and hi is None and not need:
-            return docs[self._top(docs, scores, min(cap, MAX_RESULTS))]
-        # cheap first try: the best few hundred hits usually hold 50 that pass a loose filter
-        top = self._top(docs, scores, min(cap, 4 * MAX_RESULTS))
-        found = top[self._passes(docs[top], shop, lo, hi, need)]
-        if len(found) >= MAX_RESULTS or len(top) == cap: return docs[found[:MAX_RESULTS]]
-        # a tight filter: filter every hit, rank those that pass, then apply the hit cap exactly
-        ok = np.flatnonzero(self._passes(docs, shop, lo, hi, need))
-        found = ok[self._top(docs[ok], scores[ok], min(len(ok), MAX_RESULTS))]
-        if n > self.hit_cap and len(found):
-            keys = self._keys(docs, scores)
-            worst = self._keys(docs[found[-1:]], scores[found[-1:]])[0]
-            if np.count_nonzero(keys > worst) >= self.hit_cap:  # some survivors rank beyond the cap: cut there
-                cut = np.partition(keys, n - self.hit_cap)[n - self.hit_cap]
-                found = found[self._keys(docs[found], scores[found]) >= cut]
-        return docs[found]
+# %% ../../nbs/01_shopping_sandbox/02_search.ipynb #447473d6
+@patch
+def _survivors(self: SearchEngine, q: str, shop: int | None, lo, hi, need: int) -> np.ndarray:
+    "The first 50 hits, in rank order among the top hit_cap, that pass the shop/price/service filters."
+    docs, scores = self.match(q)
+    n = len(docs)
+    cap = min(n, self.hit_cap)
+    if shop is None and lo is None and hi is None and not need:
+        return docs[self._top(docs, scores, min(cap, MAX_RESULTS))]
+    # cheap first try: the best few hundred hits usually hold 50 that pass a loose filter
+    top = self._top(docs, scores, min(cap, 4 * MAX_RESULTS))
+    found = top[self._passes(docs[top], shop, lo, hi, need)]
+    if len(found) >= MAX_RESULTS or len(top) == cap: return docs[found[:MAX_RESULTS]]
+    # a tight filter: filter every hit, rank those that pass, then apply the hit cap exactly
+    ok = np.flatnonzero(self._passes(docs, shop, lo, hi, need))
+    found = ok[self._top(docs[ok], scores[ok], min(len(ok), MAX_RESULTS))]
+    if n > self.hit_cap and len(found):
+        keys = self._keys(docs, scores)
+        worst = self._keys(docs[found[-1:]], scores[found[-1:]])[0]
+        if np.count_nonzero(keys > worst) >= self.hit_cap:  # some survivors rank beyond the cap: cut there
+            cut = np.partition(keys, n - self.hit_cap)[n - self.hit_cap]
+            found = found[self._keys(docs[found], scores[found]) >= cut]
+    return docs[found]
 
-    def _passes(self, docs, shop, lo, hi, need) -> np.ndarray:
-        "Which documents pass the shop, price and service filters (upstream's tests, vectorised)."
-        ix = self.index
-        keep = np.ones(len(docs), bool)
-        if shop is not None: keep &= ix.shop[docs] == shop
-        if lo is not None or hi is not None:
-            p = ix.price[docs]
-            if lo is not None: keep &= ~(p < lo)  # upstream drops price < low; a NaN bound drops nothing
-            if hi is not None: keep &= ~(p > hi)
-        if need: keep &= (ix.service[docs] & need) == need
-        return keep
+@patch
+def _passes(self: SearchEngine, docs, shop, lo, hi, need) -> np.ndarray:
+    "Which documents pass the shop, price and service filters (upstream's tests, vectorised)."
+    ix = self.index
+    keep = np.ones(len(docs), bool)
+    if shop is not None: keep &= ix.shop[docs] == shop
+    if lo is not None or hi is not None:
+        p = ix.price[docs]
+        if lo is not None: keep &= ~(p < lo)  # upstream drops price < low; a NaN bound drops nothing
+        if hi is not None: keep &= ~(p > hi)
+    if need: keep &= (ix.service[docs] & need) == need
+    return keep
 
-    def find_product(self, q, page=1, shop_id=None, price=None, sort=None, service=None) -> list:
-        "ShoppingBench's find_product: a page of 10 results; [] for a bad page or a query matching nothing."
-        try:
-            page, q = parse_page(page), _param(q)
-            if page is None or not q: return []
-            lo, hi = parse_price(price)
-            need = 0
-            for s in parse_service(service): need |= _SERVICE_BIT[s]
-            shop_id, shop = _param(shop_id), None
-            if shop_id:
-                shop = self.index.shop_code.get(shop_id)
-                if shop is None: return []  # no product of that shop can pass
-            hits = self._survivors(q, shop, lo, hi, need)
-            sort = _param(sort)
-            if sort == "order": hits = hits[np.argsort(-self.index.sold[hits], kind="stable")]
-            elif sort == "priceasc": hits = hits[np.argsort(self.index.price[hits], kind="stable")]
-            elif sort == "pricedesc": hits = hits[np.argsort(-self.index.price[hits], kind="stable")]
-            return [self._item(int(i)) for i in hits[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]]
-        except Exception:  # a tool answers [] rather than fail an agent's episode (upstream answers HTTP 500)
-            return []
+# %% ../../nbs/01_shopping_sandbox/02_search.ipynb #1fcfca96
+@patch
+def find_product(self: SearchEngine, q, page=1, shop_id=None, price=None, sort=None, service=None) -> list:
+    "ShoppingBench's find_product: a page of 10 results; [] for a bad page or a query matching nothing."
+    try:
+        page, q = parse_page(page), _param(q)
+        if page is None or not q: return []
+        lo, hi = parse_price(price)
+        need = 0
+        for s in parse_service(service): need |= _SERVICE_BIT[s]
+        shop_id, shop = _param(shop_id), None
+        if shop_id:
+            shop = self.index.shop_code.get(shop_id)
+            if shop is None: return []  # no product of that shop can pass
+        hits = self._survivors(q, shop, lo, hi, need)
+        sort = _param(sort)
+        if sort == "order": hits = hits[np.argsort(-self.index.sold[hits], kind="stable")]
+        elif sort == "priceasc": hits = hits[np.argsort(self.index.price[hits], kind="stable")]
+        elif sort == "pricedesc": hits = hits[np.argsort(-self.index.price[hits], kind="stable")]
+        return [self._item(int(i)) for i in hits[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]]
+    except Exception:  # a tool answers [] rather than fail an agent's episode (upstream answers HTTP 500)
+        return []
 
-    def _item(self, i: int) -> dict:
-        p = self.catalog[i]
-        return {k: (list(p[k]) if k == "service" else p[k]) for k in SEARCH_FIELDS}
+@patch
+def _item(self: SearchEngine, i: int) -> dict:
+    p = self.catalog[i]
+    return {k: (list(p[k]) if k == "service" else p[k]) for k in SEARCH_FIELDS}
 
-    def _records(self, product_ids) -> list:
-        product_ids = _param(product_ids)
-        if not product_ids: return []
-        out = []
-        for pid in product_ids.split(","):  # upstream does not strip spaces; unknown ids are skipped
-            p = self.catalog.get(pid) if pid else None
-            if p is not None: out.append(p)
-        return out
+@patch
+def _records(self: SearchEngine, product_ids) -> list:
+    product_ids = _param(product_ids)
+    if not product_ids: return []
+    out = []
+    for pid in product_ids.split(","):  # upstream does not strip spaces; unknown ids are skipped
+        p = self.catalog.get(pid) if pid else None
+        if p is not None: out.append(p)
+    return out
 
-    def view_product_information(self, product_ids) -> list:
-        "Details of comma-separated product ids: product_id, short_description, description, sku_options, attributes."
-        try: return [{k: p[k] for k in INFORMATION_FIELDS} for p in self._records(product_ids)]
-        except Exception: return []
+@patch
+def view_product_information(self: SearchEngine, product_ids) -> list:
+    "Details of comma-separated product ids: product_id, short_description, description, sku_options, attributes."
+    try: return [{k: p[k] for k in INFORMATION_FIELDS} for p in self._records(product_ids)]
+    except Exception: return []
 
-    def get_product_raw(self, product_ids) -> list:
-        "Full records of comma-separated product ids (ORO's extra route)."
-        try: return [dict(p) for p in self._records(product_ids)]
-        except Exception: return []
+@patch
+def get_product_raw(self: SearchEngine, product_ids) -> list:
+    "Full records of comma-separated product ids (ORO's extra route)."
+    try: return [dict(p) for p in self._records(product_ids)]
+    except Exception: return []

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import re
 from typing import Iterable
-from ..arena.paraphrase import voucher_block
+from ..arena.paraphrase import _num, voucher_block
 from .catalog import leaf_of
 from .tasks import PRICE_MODES, TASK_CATEGORIES, task_id
 
@@ -82,9 +82,6 @@ def voucher_terms(total: float, voucher_type: str, rng):
     v["price_after_voucher"] = after
     v["budget"] = math.ceil(after) + _randint(rng, 0, math.ceil(after * 0.1))
     return v
-
-# %% ../../nbs/01_shopping_sandbox/04_task_synthesis.ipynb #7642b8c9
-def _num(x) -> str: return str(int(x)) if float(x).is_integer() else str(x)
 
 # %% ../../nbs/01_shopping_sandbox/04_task_synthesis.ipynb #3c737055
 _OPEN_ONE = [("I'm looking for {a}", "."), ("Looking for {a}", "."), ("Find {a}", "."), ("Show me {pl}", "."),

@@ -5,8 +5,8 @@
 # %% auto #0
 __all__ = ['TASK_CATEGORIES', 'TASK_SERVICES', 'PRICE_MODES', 'TASK_KEYS', 'PRICE_SCHEMA', 'GOLD_SCHEMA', 'VOUCHER_SCHEMA',
            'TASK_SCHEMA', 'TaskSettings', 'TaskFormatError', 'task_problems', 'validate_task', 'task_id',
-           'category_from_filename', 'normalise_task', 'load_tasks', 'save_tasks', 'to_upstream',
-           'shoppingbench_test_files']
+           'category_from_filename', 'normalise_task', 'load_tasks', 'shoppingbench_test_files', 'save_tasks',
+           'to_upstream']
 
 # %% ../../nbs/01_shopping_sandbox/03_tasks.ipynb #5f435d45
 import hashlib
@@ -232,7 +232,17 @@ def load_tasks(path, category: str | None = None, ledger: Ledger | None = None) 
         tasks.append(task)
     return tasks
 
+# %% ../../nbs/01_shopping_sandbox/03_tasks.ipynb #ab165a69
+def shoppingbench_test_files(start=None) -> dict:
+    "The public ShoppingBench test files in `shared/data/shoppingbench` above `start` (default: the cwd), by category; {} if absent."
+    here = Path(start or Path.cwd()).resolve()
+    for p in [here, *here.parents]:
+        d = p / "shared" / "data" / "shoppingbench"
+        files = {c: d / f"synthesize_{c}_test.jsonl" for c in TASK_CATEGORIES}
+        if all(f.exists() for f in files.values()): return files
+    return {}
 
+# %% ../../nbs/01_shopping_sandbox/03_tasks.ipynb #187842ad
 def save_tasks(tasks: Iterable[dict], path) -> int:
     "Write tasks as JSON lines in the task schema (`load_tasks` reads them back unchanged); returns the count."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
@@ -248,13 +258,3 @@ def to_upstream(task: dict) -> dict:
     out = {"query": task["query"], "reward": task["reward"]}
     if task["voucher"] is not None: out["voucher"] = task["voucher"]
     return out
-
-# %% ../../nbs/01_shopping_sandbox/03_tasks.ipynb #ab165a69
-def shoppingbench_test_files(start=None) -> dict:
-    "The public ShoppingBench test files in `shared/data/shoppingbench` above `start` (default: the cwd), by category; {} if absent."
-    here = Path(start or Path.cwd()).resolve()
-    for p in [here, *here.parents]:
-        d = p / "shared" / "data" / "shoppingbench"
-        files = {c: d / f"synthesize_{c}_test.jsonl" for c in TASK_CATEGORIES}
-        if all(f.exists() for f in files.values()): return files
-    return {}

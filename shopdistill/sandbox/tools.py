@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import partial
 from .scoring import price_after_voucher, score_task
 from .tasks import normalise_task
+from fastcore.basics import patch, patch_to
 
 # %% ../../nbs/01_shopping_sandbox/07_tools.ipynb #3a80a0a5
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ def _as_id_string(product_ids) -> str:
     if isinstance(product_ids, (list, tuple)): return ",".join(str(x) for x in product_ids)
     return "" if product_ids is None else str(product_ids)
 
-# %% ../../nbs/01_shopping_sandbox/07_tools.ipynb #2aa72f55
+# %% ../../nbs/01_shopping_sandbox/07_tools.ipynb #8e7d030f
 class ShoppingEnv:
     "One ShoppingBench episode; the public methods are the agent's tools."
     _default_engine = None
@@ -59,93 +60,101 @@ class ShoppingEnv:
         self._steps, self._recommendation, self._status, self._log = 0, None, None, []
         return None
 
-    # ---- the four tools -------------------------------------------------------------
-    def find_product(self, q: str, page: int = 1, shop_id: str | None = None, price: str | None = None,
-                     sort: str | None = None, service: str | None = None) -> str:
-        """Search the product catalog with keywords and optional filters; returns up to 10 products per page.
+# %% ../../nbs/01_shopping_sandbox/07_tools.ipynb #9831f705
+@patch_to(ShoppingEnv)
+def find_product(self, q: str, page: int = 1, shop_id: str | None = None, price: str | None = None,
+                 sort: str | None = None, service: str | None = None) -> str:
+    """Search the product catalog with keywords and optional filters; returns up to 10 products per page.
 
-        Args:
-            q: Search keywords describing the product.
-            page: Result page, from 1 to 5 (10 products per page).
-            shop_id: Only return products sold by this shop.
-            price: Price range in PHP as "min-max", "min-" or "-max".
-            sort: Result order: "order" (most sold first), "priceasc", "pricedesc"; anything else is relevance.
-            service: Comma-separated required services among official, freeShipping, COD, flashsale.
-        """
-        return json.dumps(self._engine.find_product(q, page=page, shop_id=shop_id, price=price, sort=sort, service=service), ensure_ascii=False)
+    Args:
+        q: Search keywords describing the product.
+        page: Result page, from 1 to 5 (10 products per page).
+        shop_id: Only return products sold by this shop.
+        price: Price range in PHP as "min-max", "min-" or "-max".
+        sort: Result order: "order" (most sold first), "priceasc", "pricedesc"; anything else is relevance.
+        service: Comma-separated required services among official, freeShipping, COD, flashsale.
+    """
+    return json.dumps(self._engine.find_product(q, page=page, shop_id=shop_id, price=price, sort=sort, service=service), ensure_ascii=False)
 
-    def view_product_information(self, product_ids: str) -> str:
-        """Show the description, option sets (sku_options) and attributes of products.
+@patch_to(ShoppingEnv)
+def view_product_information(self, product_ids: str) -> str:
+    """Show the description, option sets (sku_options) and attributes of products.
 
-        Args:
-            product_ids: Comma-separated product ids, e.g. "1000000001,1000000004".
-        """
-        return json.dumps(self._engine.view_product_information(_as_id_string(product_ids)), ensure_ascii=False)
+    Args:
+        product_ids: Comma-separated product ids, e.g. "1000000001,1000000004".
+    """
+    return json.dumps(self._engine.view_product_information(_as_id_string(product_ids)), ensure_ascii=False)
 
-    def recommend_product(self, product_ids: str) -> str:
-        """Recommend the products that answer the request; call it once, with the ids in the order the request names the items.
+@patch_to(ShoppingEnv)
+def recommend_product(self, product_ids: str) -> str:
+    """Recommend the products that answer the request; call it once, with the ids in the order the request names the items.
 
-        Args:
-            product_ids: Comma-separated product ids, e.g. "1000000001,1000000004".
-        """
-        self._recommendation = product_ids  # kept as given: a JSON list is unscoreable upstream, and the scorer says so
-        return "Recommendation recorded."
+    Args:
+        product_ids: Comma-separated product ids, e.g. "1000000001,1000000004".
+    """
+    self._recommendation = product_ids  # kept as given: a JSON list is unscoreable upstream, and the scorer says so
+    return "Recommendation recorded."
 
-    def terminate(self, status: str) -> str:
-        """End the episode.
+@patch_to(ShoppingEnv)
+def terminate(self, status: str) -> str:
+    """End the episode.
 
-        Args:
-            status: "success" if the request was answered, otherwise "failure".
-        """
-        self._status = status if status in ("success", "failure") else "failure"
-        return f"Episode terminated with status {self._status}."
+    Args:
+        status: "success" if the request was answered, otherwise "failure".
+    """
+    self._status = status if status in ("success", "failure") else "failure"
+    return f"Episode terminated with status {self._status}."
 
-    # ---- the episode loop --------------------------------------------------------------
-    def get_reward(self) -> float:
-        "Outcome reward: 1.0 if the recommendation succeeds under the episode's scorer."
-        if not self._task: return 0.0
-        return float(score_task(self._task, self._recommendation, self._engine.catalog, scorer=self._scorer)["success"])
+# %% ../../nbs/01_shopping_sandbox/07_tools.ipynb #2d0c93a8
+@patch
+def get_reward(self: ShoppingEnv) -> float:
+    "Outcome reward: 1.0 if the recommendation succeeds under the episode's scorer."
+    if not self._task: return 0.0
+    return float(score_task(self._task, self._recommendation, self._engine.catalog, scorer=self._scorer)["success"])
 
-    @property
-    def done(self) -> bool:
-        "Whether the episode is over: terminated, or out of steps."
-        return self._status is not None or self._steps >= self._step_cap
+@patch(as_prop=True)
+def done(self: ShoppingEnv) -> bool:
+    "Whether the episode is over: terminated, or out of steps."
+    return self._status is not None or self._steps >= self._step_cap
 
-    @property
-    def status(self) -> str | None:
-        "`success` or `failure` once the agent terminated, else None."
-        return self._status
+@patch(as_prop=True)
+def status(self: ShoppingEnv) -> str | None:
+    "`success` or `failure` once the agent terminated, else None."
+    return self._status
 
-    def _tools(self) -> dict:
-        return {n: getattr(self, n) for n in self._TOOL_NAMES}
+@patch
+def _tools(self: ShoppingEnv) -> dict:
+    return {n: getattr(self, n) for n in self._TOOL_NAMES}
 
-    def _call(self, name: str, arguments) -> str:
-        """Run one tool call as an agent emitted it; always returns an observation, never raises.
+@patch
+def _call(self: ShoppingEnv, name: str, arguments) -> str:
+    """Run one tool call as an agent emitted it; always returns an observation, never raises.
 
-        `arguments` may be a dict or a JSON string (models emit both)."""
-        if self.done: return "Error: the episode is over."
-        self._steps += 1
-        tools = self._tools()
-        if isinstance(arguments, str):
-            try: arguments = json.loads(arguments) if arguments.strip() else {}
-            except json.JSONDecodeError as e: return self._observe(name, arguments, f"Error: arguments are not valid JSON ({e.msg} at char {e.pos}).")
-        if name not in tools: return self._observe(name, arguments, f"Error: unknown tool {name!r}; available tools: {', '.join(tools)}.")
-        if not isinstance(arguments, dict): return self._observe(name, arguments, f"Error: arguments of {name} must be a JSON object, got {type(arguments).__name__}.")
-        sig = inspect.signature(tools[name])
-        unknown = sorted(set(arguments) - set(sig.parameters))
-        missing = [p for p, v in sig.parameters.items() if v.default is inspect.Parameter.empty and p not in arguments]
-        if missing: return self._observe(name, arguments, f"Error: {name} is missing required argument(s): {', '.join(missing)}.")
-        if unknown: return self._observe(name, arguments, f"Error: {name} got unknown argument(s): {', '.join(unknown)}.")
-        try: out = tools[name](**arguments)
-        except Exception as e:  # a tool must never take the episode down; the agent reads what went wrong
-            out = f"Error: {name} failed: {type(e).__name__}: {e}"
-        return self._observe(name, arguments, out)
+    `arguments` may be a dict or a JSON string (models emit both)."""
+    if self.done: return "Error: the episode is over."
+    self._steps += 1
+    tools = self._tools()
+    if isinstance(arguments, str):
+        try: arguments = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError as e: return self._observe(name, arguments, f"Error: arguments are not valid JSON ({e.msg} at char {e.pos}).")
+    if name not in tools: return self._observe(name, arguments, f"Error: unknown tool {name!r}; available tools: {', '.join(tools)}.")
+    if not isinstance(arguments, dict): return self._observe(name, arguments, f"Error: arguments of {name} must be a JSON object, got {type(arguments).__name__}.")
+    sig = inspect.signature(tools[name])
+    unknown = sorted(set(arguments) - set(sig.parameters))
+    missing = [p for p, v in sig.parameters.items() if v.default is inspect.Parameter.empty and p not in arguments]
+    if missing: return self._observe(name, arguments, f"Error: {name} is missing required argument(s): {', '.join(missing)}.")
+    if unknown: return self._observe(name, arguments, f"Error: {name} got unknown argument(s): {', '.join(unknown)}.")
+    try: out = tools[name](**arguments)
+    except Exception as e:  # a tool must never take the episode down; the agent reads what went wrong
+        out = f"Error: {name} failed: {type(e).__name__}: {e}"
+    return self._observe(name, arguments, out)
 
-    def _observe(self, name, arguments, out: str) -> str:
-        self._log.append({"step": self._steps, "name": name, "arguments": arguments, "result": out, "timestamp": int(time.time() * 1000)})
-        if self._steps >= self._step_cap and self._status is None:
-            out += f"\n[step cap of {self._step_cap} reached: the episode ends]"
-        return out
+@patch
+def _observe(self: ShoppingEnv, name, arguments, out: str) -> str:
+    self._log.append({"step": self._steps, "name": name, "arguments": arguments, "result": out, "timestamp": int(time.time() * 1000)})
+    if self._steps >= self._step_cap and self._status is None:
+        out += f"\n[step cap of {self._step_cap} reached: the episode ends]"
+    return out
 
 # %% ../../nbs/01_shopping_sandbox/07_tools.ipynb #10607f31
 def call_tool(env: ShoppingEnv, name: str, arguments) -> str:
@@ -176,7 +185,7 @@ def _parse_constraints(text: str) -> dict:
             out[k.strip().lower()] = v.strip().lower()
     return out
 
-# %% ../../nbs/01_shopping_sandbox/07_tools.ipynb #9f8683cc
+# %% ../../nbs/01_shopping_sandbox/07_tools.ipynb #80c0453a
 class OroShoppingEnv(ShoppingEnv):
     "The 7-tool harness: the four tools plus ORO's three helpers."
     _TOOL_NAMES = TOOL_NAMES + HELPER_TOOL_NAMES
@@ -204,44 +213,47 @@ class OroShoppingEnv(ShoppingEnv):
                 report[k] = v in vals
         return json.dumps({"product_id": p["product_id"], "matches": report, "all_match": all(x is True for x in report.values())})
 
-    def find_products_in_same_shop(self, queries: str) -> str:
-        """Find shops that sell a product for every query; returns up to 5 shops with one product per query.
+# %% ../../nbs/01_shopping_sandbox/07_tools.ipynb #a30243a2
+@patch_to(OroShoppingEnv)
+def find_products_in_same_shop(self, queries: str) -> str:
+    """Find shops that sell a product for every query; returns up to 5 shops with one product per query.
 
-        Args:
-            queries: Semicolon-separated search queries, one per wanted product.
-        """
-        qs = [q.strip() for q in str(queries or "").split(";") if q.strip()]
-        if not qs: return "[]"
-        shops = list(dict.fromkeys(r["shop_id"] for page in (1, 2, 3) for r in self._engine.find_product(qs[0], page=page)))
-        found = []
-        for shop in shops:
-            picks = [self._engine.find_product(q, page=1, shop_id=shop) for q in qs]
-            if all(picks):
-                found.append({"shop_id": shop, "products": [p[0]["product_id"] for p in picks]})
-                if len(found) == 5: break
-        return json.dumps(found)
+    Args:
+        queries: Semicolon-separated search queries, one per wanted product.
+    """
+    qs = [q.strip() for q in str(queries or "").split(";") if q.strip()]
+    if not qs: return "[]"
+    shops = list(dict.fromkeys(r["shop_id"] for page in (1, 2, 3) for r in self._engine.find_product(qs[0], page=page)))
+    found = []
+    for shop in shops:
+        picks = [self._engine.find_product(q, page=1, shop_id=shop) for q in qs]
+        if all(picks):
+            found.append({"shop_id": shop, "products": [p[0]["product_id"] for p in picks]})
+            if len(found) == 5: break
+    return json.dumps(found)
 
-    def calculate_voucher(self, prices: str, threshold: float, discount_type: str, value: float, cap: float | None = None,
-                          budget: float | None = None) -> str:
-        """Apply a voucher to a basket: total, price after the voucher, and whether it fits the budget.
+@patch_to(OroShoppingEnv)
+def calculate_voucher(self, prices: str, threshold: float, discount_type: str, value: float, cap: float | None = None,
+                      budget: float | None = None) -> str:
+    """Apply a voucher to a basket: total, price after the voucher, and whether it fits the budget.
 
-        Args:
-            prices: Comma-separated item prices.
-            threshold: The voucher applies only when the total reaches this amount.
-            discount_type: "fixed" or "percentage".
-            value: The fixed discount, or the percentage (e.g. 20 for 20%).
-            cap: The largest discount a percentage voucher gives.
-            budget: The shopper's budget.
-        """
-        try:
-            total = sum(float(x) for x in str(prices).split(",") if x.strip())
-            if discount_type not in ("fixed", "percentage"): return f"Error: discount_type must be 'fixed' or 'percentage', got {discount_type!r}."
-            pct = float(value) / 100 if float(value) > 1 else float(value)
-            v = {"discount_type": discount_type, "face_value": float(value), "discount": pct, "cap": float("inf") if cap is None else float(cap)}
-            applies = total >= float(threshold)
-            after = price_after_voucher(total, v) if applies else total
-        except (TypeError, ValueError) as e:
-            return f"Error: calculate_voucher could not read its numbers: {e}"
-        out = {"total": round(total, 2), "voucher_applies": applies, "price_after_voucher": round(after, 2)}
-        if budget is not None: out["within_budget"] = after <= float(budget)
-        return json.dumps(out)
+    Args:
+        prices: Comma-separated item prices.
+        threshold: The voucher applies only when the total reaches this amount.
+        discount_type: "fixed" or "percentage".
+        value: The fixed discount, or the percentage (e.g. 20 for 20%).
+        cap: The largest discount a percentage voucher gives.
+        budget: The shopper's budget.
+    """
+    try:
+        total = sum(float(x) for x in str(prices).split(",") if x.strip())
+        if discount_type not in ("fixed", "percentage"): return f"Error: discount_type must be 'fixed' or 'percentage', got {discount_type!r}."
+        pct = float(value) / 100 if float(value) > 1 else float(value)
+        v = {"discount_type": discount_type, "face_value": float(value), "discount": pct, "cap": float("inf") if cap is None else float(cap)}
+        applies = total >= float(threshold)
+        after = price_after_voucher(total, v) if applies else total
+    except (TypeError, ValueError) as e:
+        return f"Error: calculate_voucher could not read its numbers: {e}"
+    out = {"total": round(total, 2), "voucher_applies": applies, "price_after_voucher": round(after, 2)}
+    if budget is not None: out["within_budget"] = after <= float(budget)
+    return json.dumps(out)

@@ -13,19 +13,21 @@ import os
 import random
 import time
 from dataclasses import dataclass, replace
+from functools import wraps
 from pathlib import Path
+from ..core.run import StageFolder
 from ..sandbox.tools import ShoppingEnv
-from .rendering import ELIDED
-from .rendering import render_prompt
+from .rendering import ELIDED, render_prompt
 from .rewards import REWARD_RANGE, per_step_reward, step_reward
 from .rollout import BACKENDS, episode_seed
-from .trainer import _peft_config, _train_and_save, progress_callback
+from .settings import LoraSettings
+from .trainer import peft_config, progress_callback, train_stage, trainer_arguments
 
 # %% ../../nbs/06_dr_grpo/01_grpo.ipynb #76342b73
 REWARDS = ("per_step", "outcome")
 
 @dataclass(frozen=True)
-class GrpoSettings:
+class GrpoSettings(LoraSettings):
     "The `grpo` section of a profile: stage 5 (Dr. GRPO), its data, its reward and its trainer, every knob explicit."
     reward: str = "per_step"  # per_step: teacher-grounded reward on the per-step view | outcome: sandbox episodes, production_strict success
     # the objective (Dr. GRPO, Liu et al. 2025)
@@ -66,13 +68,8 @@ class GrpoSettings:
     # outcome
     outcome_problems: int = 0  # open-pool problems played per epoch (0: all)
     max_tool_calls: int = 30  # tool-calling iterations per episode (upstream step cap)
-    # precision and backend
-    lora: bool = True
-    lora_r: int = 64
-    lora_alpha: int = 128
-    lora_dropout: float = 0.05
-    lora_targets: str = "all-linear"
-    bf16: bool = True  # ignored on CPU (TRL refuses bf16 without a GPU)
+    # precision and backend (LoRA: `LoraSettings`)
+    bf16: bool = True  # autocast on GPUs and on CPUs that compute bf16 natively (`cpu_bf16`); fp32 elsewhere
     use_vllm: bool = False
     vllm_mode: str = "colocate"  # colocate | server (`trl vllm-serve --model <checkpoint dir>`)
     vllm_gpu_memory_utilization: float = 0.3
@@ -89,37 +86,31 @@ class GrpoSettings:
 
 # %% ../../nbs/06_dr_grpo/01_grpo.ipynb #a04d39b5
 def grpo_config(settings: GrpoSettings, out_dir, *, cpu: bool | None = None, **overrides):
-    "TRL's `GRPOConfig` for `settings`, every setting that shapes the objective, the sampling or the optimiser given explicitly."
+    """TRL's `GRPOConfig` for `settings`: the keywords every stage shares (`trainer_arguments`: the optimiser with
+    `adam_beta1/2`, the schedule, the batch, bf16, seeds, checkpoints) and every setting that shapes the objective or the
+    sampling, given explicitly."""
     import torch
     from trl import GRPOConfig
     s = settings
     cpu = (not torch.cuda.is_available()) if cpu is None else cpu
     kw = dict(
-        output_dir=str(out_dir),
+        trainer_arguments(s, out_dir, cpu=cpu),
         # objective
         loss_type=s.loss_type, scale_rewards=s.scale_rewards, beta=s.beta, epsilon=s.epsilon, epsilon_high=s.epsilon_high,
         num_iterations=s.num_iterations, importance_sampling_level=s.importance_sampling_level,
         mask_truncated_completions=s.mask_truncated_completions, reward_weights=None, multi_objective_aggregation="sum_then_normalize",
         top_entropy_quantile=1.0, entropy_coef=0.0, use_bias_correction_kl=True, sync_ref_model=False, delta=None,
-        # optimiser and schedule
-        learning_rate=s.lr, lr_scheduler_type=s.scheduler, warmup_steps=float(s.warmup_ratio),  # a float in [0, 1) is a ratio (transformers 5)
-        weight_decay=s.weight_decay,
-        max_grad_norm=s.max_grad_norm, adam_beta1=s.adam_beta1, adam_beta2=s.adam_beta2, optim="adamw_torch",
-        num_train_epochs=s.epochs, max_steps=s.max_steps,
         # sampling
         num_generations=s.num_generations, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, min_p=None,
         repetition_penalty=1.0, generation_kwargs=None, max_completion_length=s.max_completion_length,
         max_tool_calling_iterations=s.max_tool_calls if s.reward == "outcome" else None,
-        # batching
-        per_device_train_batch_size=s.batch_size, gradient_accumulation_steps=s.grad_accum, steps_per_generation=s.grad_accum,
-        shuffle_dataset=True, seed=s.seed, data_seed=s.seed, dataloader_num_workers=0, remove_unused_columns=False,
-        # precision, memory, backend
-        use_cpu=cpu, bf16=bool(s.bf16 and not cpu), fp16=False, gradient_checkpointing=False, disable_dropout=True,
-        cast_lm_head_to_fp32=False, use_vllm=bool(s.use_vllm and not cpu), vllm_mode=s.vllm_mode,  # vLLM is GPU-only
+        # batching beyond the shared keywords
+        steps_per_generation=s.grad_accum, shuffle_dataset=True, remove_unused_columns=False,
+        # memory and backend
+        disable_dropout=True, cast_lm_head_to_fp32=False, use_vllm=bool(s.use_vllm and not cpu), vllm_mode=s.vllm_mode,  # vLLM is GPU-only
         vllm_gpu_memory_utilization=s.vllm_gpu_memory_utilization,
         # bookkeeping
-        logging_steps=s.logging_steps, save_strategy="steps", save_steps=s.save_steps, save_total_limit=2,
-        report_to="none", log_completions=False, disable_tqdm=True,
+        log_completions=False,
     )
     kw.update(overrides)
     return GRPOConfig(**kw)
@@ -144,7 +135,7 @@ def state_rows(steps, tok, *, max_prompt_tokens: int | None = None, limit: int =
                      "teacher_tool": calls[0]["function"]["name"] if calls else "(text)"})
     return rows, {"drawn": len(idx), "too_long": too_long, "rows": len(rows)}
 
-
+# %% ../../nbs/06_dr_grpo/01_grpo.ipynb #a8928df4
 def sample_turns(model, tok, prompts: list[str], n: int, *, temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 160,
                  batch_size: int = 16, seed: int = 0, backend: str = "transformers") -> list[list[str]]:
     """`n` sampled single turns per text prompt, with chapter 05's generator (per-sample seeds: a state's samples do not depend on
@@ -187,30 +178,28 @@ def screen_states(model, tok, rows: list[dict], settings: GrpoSettings) -> tuple
     return kept, report
 
 # %% ../../nbs/06_dr_grpo/01_grpo.ipynb #e0cf1751
-def per_step_trainer(model, tok, states: list[dict], settings: GrpoSettings, out_dir, *, cpu: bool | None = None):
+def per_step_trainer(model, tok, states: list[dict], settings: GrpoSettings, stage: StageFolder, *, cpu: bool | None = None):
     "The GRPOTrainer of per-step Dr. GRPO on `states` (rows of `state_rows`), built but not trained (what a dry run checks)."
     from datasets import Dataset
     from trl import GRPOTrainer
     settings = replace(settings, reward="per_step")  # what this trainer is, whatever the profile selects
     if not states: raise ValueError("per-step GRPO: no states to train on (did screening keep none? see the screening report)")
     ds = Dataset.from_list([{"prompt": r["prompt"], "teacher_action": r["teacher_action"], "state_id": r["state_id"]} for r in states])
-    return GRPOTrainer(model=model, reward_funcs=[per_step_reward], args=grpo_config(settings, Path(out_dir) / "trainer", cpu=cpu),
-                       train_dataset=ds, processing_class=tok, peft_config=_peft_config(settings),
+    return GRPOTrainer(model=model, reward_funcs=[per_step_reward], args=grpo_config(settings, stage.trainer, cpu=cpu),
+                       train_dataset=ds, processing_class=tok, peft_config=peft_config(settings),
                        callbacks=[progress_callback("Dr. GRPO (per-step)")])
 
 
-def dr_grpo_stage(model, tok, states: list[dict], settings: GrpoSettings, out_dir, *, resume: bool = True, cpu: bool | None = None) -> Path:
-    "Stage 5, per-step Dr. GRPO on `states` (rows of `state_rows`): trains `model` in place; returns the checkpoint folder out_dir/model."
-    out_dir = Path(out_dir)
-    if resume and (out_dir / "model" / "config.json").exists(): return out_dir / "model"  # a finished stage is not trained again
-    trainer = per_step_trainer(model, tok, states, settings, out_dir, cpu=cpu)
-    return _train_and_save(trainer, tok, out_dir, resume, {"reward": "per_step", "states": len(states), "reward_range": list(REWARD_RANGE)})
+def dr_grpo_stage(model, tok, states: list[dict], settings: GrpoSettings, stage: StageFolder, *, resume: bool = True,
+                  cpu: bool | None = None) -> Path:
+    "Stage 5, per-step Dr. GRPO on `states` (rows of `state_rows`), trained into `stage` by `train_stage`: trains `model` in place."
+    return train_stage(stage, lambda: per_step_trainer(model, tok, states, settings, stage, cpu=cpu), tok, resume=resume,
+                       info={"reward": "per_step", "states": len(states), "reward_range": list(REWARD_RANGE)})
 
 
 def fitted_env_class(max_tool_chars: int | None, base=None):
     """`base` (default ShoppingEnv) whose tool results are cut as `models.fit_messages` cuts them; same tools, same schemas.
     The row's `task` column (JSON text) is the task `reset` starts."""
-    from functools import wraps
     base = base or ShoppingEnv
 
     def cut(fn):
@@ -233,23 +222,22 @@ def outcome_rows(problems: list[dict]) -> list[dict]:
             for p in problems]
 
 
-def outcome_trainer(model, tok, problems: list[dict], engine, settings: GrpoSettings, out_dir, *, cpu: bool | None = None):
+def outcome_trainer(model, tok, problems: list[dict], engine, settings: GrpoSettings, stage: StageFolder, *, cpu: bool | None = None):
     "The GRPOTrainer of outcome-reward GRPO (the sandbox as `environment_factory`), built but not trained."
     from datasets import Dataset
     from trl import GRPOTrainer
     settings = replace(settings, reward="outcome")  # what this trainer is (its tool-call cap applies), whatever the profile selects
     env_cls = fitted_env_class(getattr(tok, "max_tool_chars", None))
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is marked experimental in TRL 1.16; we know
-    return GRPOTrainer(model=model, reward_funcs=None, args=grpo_config(settings, Path(out_dir) / "trainer", cpu=cpu),
+    return GRPOTrainer(model=model, reward_funcs=None, args=grpo_config(settings, stage.trainer, cpu=cpu),
                        train_dataset=Dataset.from_list(outcome_rows(problems)), processing_class=tok,
-                       environment_factory=env_cls.factory(engine), peft_config=_peft_config(settings),
+                       environment_factory=env_cls.factory(engine), peft_config=peft_config(settings),
                        callbacks=[progress_callback("Dr. GRPO (outcome)")])
 
 # %% ../../nbs/06_dr_grpo/01_grpo.ipynb #a899d5ae
-def outcome_grpo_stage(model, tok, problems: list[dict], engine, settings: GrpoSettings, out_dir, *, resume: bool = True,
+def outcome_grpo_stage(model, tok, problems: list[dict], engine, settings: GrpoSettings, stage: StageFolder, *, resume: bool = True,
                        cpu: bool | None = None) -> Path:
-    "Stage 5 with the outcome reward: TRL plays `problems` in the sandbox (`environment_factory`), reward = production_strict success."
-    out_dir = Path(out_dir)
-    if resume and (out_dir / "model" / "config.json").exists(): return out_dir / "model"
-    trainer = outcome_trainer(model, tok, problems, engine, settings, out_dir, cpu=cpu)
-    return _train_and_save(trainer, tok, out_dir, resume, {"reward": "outcome", "problems": len(problems), "reward_range": [0.0, 1.0]})
+    """Stage 5 with the outcome reward, trained into `stage` by `train_stage`: TRL plays `problems` in the sandbox
+    (`environment_factory`), reward = production_strict success."""
+    return train_stage(stage, lambda: outcome_trainer(model, tok, problems, engine, settings, stage, cpu=cpu), tok, resume=resume,
+                       info={"reward": "outcome", "problems": len(problems), "reward_range": [0.0, 1.0]})

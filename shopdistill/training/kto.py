@@ -4,23 +4,25 @@
 
 # %% auto #0
 __all__ = ['KtoSettings', 'kto_weights', 'corpus_desirable', 'kto_config', 'kto_row', 'AssistantMaskCollator', 'kto_trainer',
-           'kto_stage']
+           'kto_stage', 'kto_episodes']
 
 # %% ../../nbs/05_supervised_stack/13_kto.ipynb #e2b380cb
 import copy
 import json
 import random
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from ..corpus.trajectory import from_arrow_row
-from .policy import save_policy
+from .evaluation import read_episodes, write_episodes
 from .rendering import sft_row
-from .trainer import _peft_config, compact_lm_head, last_checkpoint, progress_callback
+from .rollout import run_episodes
+from .settings import LoraSettings, RolloutSettings
+from ..core.run import StageFolder
+from .trainer import peft_config, progress_callback, train_stage, trainer_arguments
 
 # %% ../../nbs/05_supervised_stack/13_kto.ipynb #d0ebf7f0
 @dataclass(frozen=True)
-class KtoSettings:
+class KtoSettings(LoraSettings):
     "The `kto` section of a profile: stage 4 (TRL's KTOTrainer on the previous stage's scored episodes), every knob explicit."
     beta: float = 0.02  # the paper's
     loss_type: str = "kto"
@@ -33,6 +35,8 @@ class KtoSettings:
     warmup_ratio: float = 0.1
     weight_decay: float = 0.0  # also keeps the tiny model's fixed id rows where they are
     max_grad_norm: float = 1.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
     epochs: float = 1.0
     max_steps: int = -1  # > 0 caps the stage (smoke)
     batch_size: int = 4  # per device; > 1, because the KL baseline is estimated within the batch
@@ -40,12 +44,7 @@ class KtoSettings:
     balance: bool = True  # desirable/undesirable weights from the KTO paper's Eq. 8
     min_desirable: int = 0  # fewer successful episodes than this: top up with successful corpus trajectories (0: never)
     max_length: int = 14_336
-    lora: bool = True
-    lora_r: int = 64
-    lora_alpha: int = 128
-    lora_dropout: float = 0.05
-    lora_targets: str = "all-linear"
-    bf16: bool = True  # ignored on CPU
+    bf16: bool = True  # autocast on GPUs and on CPUs that compute bf16 natively (`cpu_bf16`); fp32 elsewhere
     logging_steps: int = 10
     save_steps: int = 200
     seed: int = 0
@@ -73,29 +72,19 @@ def corpus_desirable(rows, n: int, categories=None, seed: int = 0) -> list[dict]
 # %% ../../nbs/05_supervised_stack/13_kto.ipynb #fbd833cd
 def kto_config(settings: KtoSettings, out_dir, *, desirable_weight: float = 1.0, undesirable_weight: float = 1.0,
                cpu: bool | None = None, **overrides):
-    "TRL's `KTOConfig` for `settings`, with every setting that shapes the objective, the data or the optimiser given explicitly."
+    """TRL's `KTOConfig` for `settings`: the keywords every stage shares (`trainer_arguments`) and every setting that shapes
+    KTO's objective and data, given explicitly."""
     import torch
     from trl import KTOConfig
     s = settings
     cpu = (not torch.cuda.is_available()) if cpu is None else cpu
     kw = dict(
-        output_dir=str(out_dir),
+        trainer_arguments(s, out_dir, cpu=cpu),
         # objective
         beta=s.beta, loss_type=s.loss_type, desirable_weight=desirable_weight, undesirable_weight=undesirable_weight,
         precompute_ref_log_probs=False, sync_ref_model=False, disable_dropout=True,
         # data: sequential order is what TRL's KL pairing assumes; the rows are shuffled (seeded) before
         max_length=s.max_length, train_sampling_strategy="sequential", remove_unused_columns=False, dataset_num_proc=None,
-        # optimiser and schedule
-        learning_rate=s.lr, lr_scheduler_type=s.scheduler, warmup_steps=float(s.warmup_ratio), weight_decay=s.weight_decay,
-        max_grad_norm=s.max_grad_norm, optim="adamw_torch", adam_beta1=0.9, adam_beta2=0.999,
-        num_train_epochs=s.epochs, max_steps=s.max_steps,
-        per_device_train_batch_size=s.batch_size, gradient_accumulation_steps=s.grad_accum,
-        seed=s.seed, data_seed=s.seed, dataloader_num_workers=0,
-        # precision and memory
-        use_cpu=cpu, bf16=bool(s.bf16 and not cpu), fp16=False, gradient_checkpointing=False,
-        # bookkeeping
-        logging_steps=s.logging_steps, save_strategy="steps", save_steps=s.save_steps, save_total_limit=2,
-        report_to="none", disable_tqdm=True,
     )
     kw.update(overrides)
     return KTOConfig(**kw)
@@ -152,8 +141,8 @@ class AssistantMaskCollator:
         return out
 
 # %% ../../nbs/05_supervised_stack/13_kto.ipynb #34d4b66d
-def kto_trainer(model, tok, desirable: list[dict], undesirable: list[dict], settings: KtoSettings, out_dir, *, cpu: bool | None = None,
-                ref_model=None):
+def kto_trainer(model, tok, desirable: list[dict], undesirable: list[dict], settings: KtoSettings, stage: StageFolder, *,
+                cpu: bool | None = None, ref_model=None):
     "The KTOTrainer of stage 4, built but not trained (what a dry run checks); `trainer.kto_info` holds the counts and weights."
     from datasets import Dataset
     from trl import KTOTrainer
@@ -163,8 +152,8 @@ def kto_trainer(model, tok, desirable: list[dict], undesirable: list[dict], sett
     if too_long == len(rows): raise ValueError(f"kto: every prompt is at least kto.max_length = {settings.max_length} tokens long")
     random.Random(settings.seed).shuffle(rows)  # mixed batches: the sampler is sequential (TRL's KL pairing needs it)
     wd, wu = kto_weights(len(desirable), len(undesirable), settings.balance)
-    args = kto_config(settings, Path(out_dir) / "trainer", desirable_weight=wd, undesirable_weight=wu, cpu=cpu)
-    peft = _peft_config(settings)
+    args = kto_config(settings, stage.trainer, desirable_weight=wd, undesirable_weight=wu, cpu=cpu)
+    peft = peft_config(settings)
     if ref_model is None and peft is None: ref_model = copy.deepcopy(model).eval()  # the frozen starting point
     trainer = KTOTrainer(model=model, ref_model=ref_model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
                          data_collator=AssistantMaskCollator(tok.pad_token_id, settings.max_length, settings.loss_type == "kto"),
@@ -174,18 +163,21 @@ def kto_trainer(model, tok, desirable: list[dict], undesirable: list[dict], sett
     return trainer
 
 
-def kto_stage(model, tok, desirable: list[dict], undesirable: list[dict], settings: KtoSettings, out_dir, *, resume: bool = True,
-              cpu: bool | None = None, ref_model=None) -> Path:
-    """Stage 4: TRL's KTOTrainer on `desirable` and `undesirable` episodes (β = settings.beta); trains `model` in place.
-    Returns the checkpoint folder out_dir/model (written by `save_policy`), with `train_log.json` next to it."""
-    out_dir = Path(out_dir)
-    if resume and (out_dir / "model" / "config.json").exists(): return out_dir / "model"  # a finished stage is not trained again
-    trainer = kto_trainer(model, tok, desirable, undesirable, settings, out_dir, cpu=cpu, ref_model=ref_model)
-    t0 = time.time()
-    ckpt = last_checkpoint(out_dir / "trainer") if resume else None
-    with compact_lm_head(): result = trainer.train(resume_from_checkpoint=ckpt)  # label-only output layer on the CPU (chapter 06)
-    model_dir = save_policy(trainer.model, tok, out_dir / "model")
-    log = {"log_history": trainer.state.log_history, "global_step": trainer.state.global_step, "resumed_from": ckpt,
-           "train_seconds": time.time() - t0, "train_loss": getattr(result, "training_loss", None), **trainer.kto_info}
-    (out_dir / "train_log.json").write_text(json.dumps(log, indent=1, default=str))
-    return model_dir
+def kto_stage(model, tok, desirable: list[dict], undesirable: list[dict], settings: KtoSettings, stage: StageFolder, *,
+              resume: bool = True, cpu: bool | None = None, ref_model=None) -> Path:
+    """Stage 4: TRL's KTOTrainer on `desirable` and `undesirable` episodes (β = settings.beta), trained into `stage` by
+    `train_stage`; trains `model` in place and returns the policy folder. The log adds the
+    counts and weights (`kto_info`)."""
+    return train_stage(stage, lambda: kto_trainer(model, tok, desirable, undesirable, settings, stage, cpu=cpu, ref_model=ref_model), tok,
+                       resume=resume, info=lambda trainer: trainer.kto_info)
+
+
+def kto_episodes(model, tok, problems: list[dict], engine, rollout: RolloutSettings, settings: KtoSettings, stage: StageFolder) -> list[dict]:
+    """What stage 4 learns from: `settings.samples` episodes of `model` on each of `problems` at `settings.temperature` (the
+    rollout engine, `rollout`: section `train.rollout`), labelled by `production_strict`. They are kept in the
+    `episodes.jsonl.gz` of `stage`, and read from there when present: a rerun trains on the same data."""
+    if stage.kto_episodes.is_file(): return read_episodes(stage.kto_episodes)
+    eps = run_episodes(model, tok, problems, engine, rollout, n_samples=settings.samples, temperature=settings.temperature,
+                       top_p=settings.top_p, seed=settings.seed, desc="stage 4 episodes")
+    write_episodes(stage.make().kto_episodes, eps)
+    return eps

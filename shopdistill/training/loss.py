@@ -9,7 +9,6 @@ __all__ = ['lm_loss']
 def lm_loss(model, input_ids, attention_mask, labels, num_items_in_batch=None):
     """Next-token cross-entropy over positions with a label (not -100), computing the output layer only there: the mean,
     or the sum divided by `num_items_in_batch` (what `Trainer` expects under gradient accumulation)."""
-    import torch
     import torch.nn.functional as F
     core = model.get_base_model() if hasattr(model, "get_base_model") else model
     hidden = core.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state

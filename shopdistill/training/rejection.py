@@ -10,12 +10,14 @@ import json
 import random
 import time
 from pathlib import Path
-from .evaluation import _write_episodes
+from ..core.files import write_json
+from ..core.run import StageFolder
+from .evaluation import write_episodes
 from .policy import save_policy
 from .rendering import sft_row
 from .rollout import run_episodes
 from .settings import TrainSettings
-from .sft import sft
+from .sft import continue_sft
 
 # %% ../../nbs/05_supervised_stack/11_rejection.ipynb #a590a126
 def rejection_problems(bank: list[dict], corpus_train_ids, exclude_clusters=(), n: int = 0) -> list[dict]:
@@ -30,33 +32,30 @@ def episode_row(ep: dict, tok, tools=None) -> dict:
     return sft_row(tok, ep["messages"], tools or ep["tools"])
 
 
-def rejection_resample(model, tok, problems: list[dict], engine, stage1_rows: list[dict], settings: TrainSettings, out_dir,
+def rejection_resample(model, tok, problems: list[dict], engine, stage1_rows: list[dict], settings: TrainSettings, stage: StageFolder,
                        resume: bool = True) -> tuple[Path, dict]:
-    "Stage 2: sample, keep successes, mix with the stage-1 rows, continue SFT. Returns (policy folder, what happened)."
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    info_path = out / "rejection.json"
-    if resume and (out / "model" / "config.json").exists() and info_path.exists(): return out / "model", json.loads(info_path.read_text())
-    r, ro = settings.rejection, settings.rollout
+    """Stage 2 in `stage`: sample (kept in its `samples.jsonl.gz`), keep successes, mix with the stage-1 rows, continue SFT.
+    Returns (policy folder, what happened: also its `rejection.json`)."""
+    stage.make()
+    if resume and stage.has_policy and stage.rejection.is_file(): return stage.policy, json.loads(stage.rejection.read_text())
+    r = settings.rejection
     t0 = time.time()
-    eps = run_episodes(model, tok, problems, engine, n_samples=r.k, temperature=r.temperature, top_p=r.top_p, seed=r.seed,
-                       step_cap=ro.step_cap, max_new_tokens=ro.max_new_tokens, batch_size=ro.batch_size, backend=ro.backend,
-                       max_prompt_tokens=ro.max_prompt_tokens, settings=ro, desc="stage 2 samples")
+    eps = run_episodes(model, tok, problems, engine, settings.rollout, n_samples=r.k, temperature=r.temperature, top_p=r.top_p, seed=r.seed,
+                       desc="stage 2 samples")
     wins = [e for e in eps if e["success"]]
     info = {"problems": len(problems), "samples": len(eps), "successes": len(wins),
             "problems_solved": len({e["problem_id"] for e in wins}), "sample_seconds": time.time() - t0}
-    _write_episodes(out / "samples.jsonl.gz", eps)
+    write_episodes(stage.samples, eps)
     if not wins:
         info["trained"] = False
-        path = save_policy(model, tok, out / "model")
+        path = save_policy(model, tok, stage.policy)
     else:
         rng = random.Random(r.seed)
         n_old = round(len(wins) * (1 - r.mix) / r.mix) if r.mix > 0 else len(stage1_rows)
         mixed = [episode_row(e, tok) for e in wins] + rng.sample(stage1_rows, min(n_old, len(stage1_rows)))
         rng.shuffle(mixed)
         info.update(trained=True, rows=len(mixed))
-        steps = settings.sft.stage2_steps if settings.sft.stage2_steps > 0 else None
-        path = sft(model, tok, mixed, settings, out, resume=resume, max_steps=steps, lr=settings.sft.stage2_lr)
+        path = continue_sft(model, tok, mixed, settings, stage, resume)
     info["seconds"] = time.time() - t0
-    info_path.write_text(json.dumps(info, indent=1))
+    write_json(stage.rejection, info)
     return path, info

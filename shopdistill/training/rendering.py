@@ -22,7 +22,7 @@ def tool_schemas_for_training(env_cls=None) -> list[dict]:
              if n not in ("reset", "get_reward") and not n.startswith("_")]
     return [get_json_schema(getattr(probe, n)) for n in names]
 
-# %% ../../nbs/05_supervised_stack/01_rendering.ipynb #7c73e4e1
+# %% ../../nbs/05_supervised_stack/01_rendering.ipynb #1134dfc6
 ELIDED = " [...]"  # marks a tool result cut by the context fitting
 
 
@@ -62,7 +62,7 @@ def render_prompt(tok, messages: list, tools: list, *, max_tool_chars="auto", ad
     text = tok.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt)
     return text, tok(text, add_special_tokens=False)["input_ids"]
 
-
+# %% ../../nbs/05_supervised_stack/01_rendering.ipynb #1ff908e5
 def sft_row(tok, messages: list, tools: list, max_tool_chars="auto") -> dict:
     "A conversational SFT example (`messages`, `tools` as JSON text) whose rendering is `render_prompt`'s for every prefix."
     return {"messages": fit_messages(template_messages(messages), _fit_limit(tok, max_tool_chars)),

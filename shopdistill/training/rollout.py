@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['BACKENDS', 'episode_seed', 'common_prefix', 'KVStore', 'generate_transformers', 'kv_cache_bytes', 'vllm_engine',
-           'close_vllm', 'generate_vllm', 'run_episodes']
+           'close_vllm', 'generate_vllm', 'new_episode', 'TurnHook', 'Turns', 'play_rounds', 'run_episodes']
 
 # %% ../../nbs/05_supervised_stack/04_rollout.ipynb #b2c9d90d
 import hashlib
@@ -238,17 +238,17 @@ def generate_vllm(model, prompts: list[list[int]], *, max_new_tokens: int, tempe
 BACKENDS = {"transformers": generate_transformers, "vllm": generate_vllm}
 
 # %% ../../nbs/05_supervised_stack/04_rollout.ipynb #e691644c
-def _new_episode(problem: dict, sample: int, engine, step_cap: int, tools: list) -> dict:
-    env = ShoppingEnv(engine, step_cap=step_cap)
-    env.reset(**problem)
-    tid = hashlib.sha1(f"rollout/{problem['id']}/{sample}".encode()).hexdigest()[:20]
+def new_episode(problem: dict, sample: int, env, trajectory_id: str | None = None) -> dict:
+    """Sample `sample` of `problem` (its `id` and `query`) as an episode played in `env`, an environment the caller has reset:
+    a `ShoppingEnv` of the sandbox here, the arena's `ClientEnv` behind a validator's proxy for chapter 07's miner."""
+    tid = trajectory_id or hashlib.sha1(f"rollout/{problem['id']}/{sample}".encode()).hexdigest()[:20]
     return {"env": env, "problem": problem, "sample": sample, "turn": 0, "done": False, "end": None,
             "messages": [{"role": "user", "content": problem["query"]}], "n_calls": 0, "valid_calls": 0,
             "trajectory_id": tid, "tokens": 0}
 
 
-def _play_turn(ep: dict, msg: dict, raw_text: str, tools_names: set, hit_limit: bool) -> None:
-    "Append the parsed turn, run its tool calls, update counts and the end condition."
+def _play_turn(ep: dict, msg: dict, raw_text: str, tools_names: set, hit_limit: bool) -> list[str]:
+    "Append the parsed turn, run its tool calls, update counts and the end condition; returns the observations of the calls run."
     tried = max(raw_text.count("<tool_call>"), len(msg["tool_calls"]))
     ep["n_calls"] += tried
     ep["valid_calls"] += sum(1 for c in msg["tool_calls"] if c["function"]["name"] in tools_names)
@@ -257,12 +257,14 @@ def _play_turn(ep: dict, msg: dict, raw_text: str, tools_names: set, hit_limit: 
     ep["turn"] += 1
     if not msg["tool_calls"]:
         ep["done"], ep["end"] = True, "length" if hit_limit else "no_tool_call"
-        return
+        return []
+    results = []
     for c in msg["tool_calls"]:
-        out = call_tool(ep["env"], c["function"]["name"], c["function"]["arguments"])
-        ep["messages"].append(tool_message(c["id"], c["function"]["name"], out))
+        results.append(call_tool(ep["env"], c["function"]["name"], c["function"]["arguments"]))
+        ep["messages"].append(tool_message(c["id"], c["function"]["name"], results[-1]))
         if ep["env"].done: break
     if ep["env"].done: ep["done"], ep["end"] = True, "terminate" if ep["env"].status else "step_cap"
+    return results
 
 
 def _finish_episode(ep: dict, tools: list, catalog) -> dict:
@@ -280,22 +282,32 @@ def _finish_episode(ep: dict, tools: list, catalog) -> dict:
             "recommended": ids, "recommended_exist": bool(ids) and all(catalog.get(i) is not None for i in ids), "end": ep["end"]}
 
 # %% ../../nbs/05_supervised_stack/04_rollout.ipynb #b0793f1d
-class _Turns:
-    "What both drivers share: an episode's next prompt (or its end by context), its sampling, and playing a completion."
-    def __init__(self, tok, tools, *, temperature, top_p, seed, greedy_first, max_new_tokens, max_prompt_tokens):
+class TurnHook:
+    """What the owner of an episode does at each of its turns; nothing by default. Chapter 07's miner bills every model call to
+    the validator's proxy (on the season's clock, before the turn's tool calls reach the proxy) and records every step."""
+    def generated(self, ep: dict, prompt: str, completion: list[int]) -> None:
+        "The model wrote `completion` (token ids) after `prompt` (the rendered text); the turn's tool calls have not run yet."
+
+    def played(self, ep: dict, msg: dict, results: list[str]) -> None:
+        "The turn is played: `msg` is the parsed assistant message, `results` the observations of the tool calls that ran."
+
+
+class Turns:
+    "What every driver shares: an episode's next prompt (or its end by context), its sampling, and playing a completion."
+    def __init__(self, tok, tools, *, temperature, top_p, seed, greedy_first, max_new_tokens, max_prompt_tokens, hook=None):
         self.tok, self.tools, self.names = tok, tools, {t["function"]["name"] for t in tools}
         self.temperature, self.top_p, self.seed, self.greedy_first = temperature, top_p, seed, greedy_first
-        self.max_new_tokens, self.max_prompt_tokens = max_new_tokens, max_prompt_tokens
+        self.max_new_tokens, self.max_prompt_tokens, self.hook = max_new_tokens, max_prompt_tokens, hook or TurnHook()
         self.stop = sorted({tok.convert_tokens_to_ids("<|im_end|>"), tok.eos_token_id} - {None})
         if tok.pad_token_id is None: raise ValueError("the tokenizer needs a pad token")
 
     def prompt(self, ep) -> list[int] | None:
         "The episode's next prompt, or None (and the episode ended) when it no longer fits the context."
-        ids = render_prompt(self.tok, ep["messages"], self.tools)[1]
+        text, ids = render_prompt(self.tok, ep["messages"], self.tools)
         if len(ids) + self.max_new_tokens > self.max_prompt_tokens:
             ep["done"], ep["end"] = True, "context"
             return None
-        ep["prompt_ids"] = ids
+        ep["prompt_text"], ep["prompt_ids"] = text, ids
         return ids
 
     def temperature_of(self, ep) -> float:
@@ -305,25 +317,28 @@ class _Turns:
         return episode_seed(self.seed, ep["problem"]["id"], ep["sample"], ep["turn"])
 
     def play(self, ep, out: list[int]) -> None:
+        self.hook.generated(ep, ep.pop("prompt_text"), out)
         ep["tokens"] += len(out)
         hit_limit = not out or out[-1] not in self.stop
         msg = parse_assistant(self.tok, out, ep.pop("prompt_ids"), self.tools)
-        _play_turn(ep, msg, self.tok.decode(out, skip_special_tokens=False), self.names, hit_limit)
+        results = _play_turn(ep, msg, self.tok.decode(out, skip_special_tokens=False), self.names, hit_limit)
+        self.hook.played(ep, msg, results)
 
-
-def _drive_rounds(gen, model, eps: list[dict], turns: _Turns, *, batch_size: int, kv_reuse: bool, bf16: bool, bar) -> None:
+# %% ../../nbs/05_supervised_stack/04_rollout.ipynb #52fbb650
+def play_rounds(gen, model, eps: list[dict], turns: Turns, *, batch_size: int, kv: KVStore | None = None, bf16: bool = False,
+                bar=None) -> None:
     """Up to `batch_size` episodes at a time, one turn each per round through `gen` (`generate_transformers`' contract); a
-    finished episode's slot goes to the next waiting one at the next round, and with `generate_transformers` each live
-    episode keeps its KV cache between its turns (`kv_reuse`)."""
+    finished episode's slot goes to the next waiting one at the next round. With `kv` each live episode keeps its KV cache
+    there between its turns (keyed by its trajectory id, dropped when it ends); `bf16`: `generate_transformers`' autocast."""
     queue, pool = deque(eps), []
-    kv = KVStore() if kv_reuse and gen is generate_transformers else None
     while queue or pool:
         while len(pool) < batch_size and queue: pool.append(queue.popleft())
         ready = [e for e in pool if turns.prompt(e) is not None]
         for greedy in (True, False):
             group = [e for e in ready if (turns.temperature_of(e) == 0.0) == greedy]
             if not group: continue
-            extra = {"keys": [e["trajectory_id"] for e in group], "kv": kv, "bf16": bf16} if gen is generate_transformers else {}
+            extra = {"keys": [e["trajectory_id"] for e in group], "kv": kv} if kv is not None else {}
+            if gen is generate_transformers: extra["bf16"] = bf16
             outs = gen(model, [e["prompt_ids"] for e in group], max_new_tokens=turns.max_new_tokens,
                        temperature=0.0 if greedy else turns.temperature, top_p=turns.top_p,
                        seeds=[turns.seed_of(e) for e in group], stop_ids=turns.stop, pad_id=turns.tok.pad_token_id, **extra)
@@ -331,11 +346,11 @@ def _drive_rounds(gen, model, eps: list[dict], turns: _Turns, *, batch_size: int
         for e in pool:
             if e["done"]:
                 if kv is not None: kv.drop(e["trajectory_id"])
-                bar.update(1)
+                if bar is not None: bar.update(1)
         pool = [e for e in pool if not e["done"]]
 
-# %% ../../nbs/05_supervised_stack/04_rollout.ipynb #52fbb650
-def _drive_vllm(model, eps: list[dict], turns: _Turns, *, batch_size: int, bar, **engine_options) -> None:
+# %% ../../nbs/05_supervised_stack/04_rollout.ipynb #6683f341
+def _drive_vllm(model, eps: list[dict], turns: Turns, *, batch_size: int, bar, **engine_options) -> None:
     """Every episode advances on its own: the moment one of its turns comes back, its tool calls run and its next turn is
     queued ahead of episodes not yet started, so a finished episode frees its slot at once. vLLM's prefix cache carries
     each episode's KV from turn to turn and the shared system-and-tools prefix across episodes."""
@@ -358,25 +373,32 @@ def _drive_vllm(model, eps: list[dict], turns: _Turns, *, batch_size: int, bar, 
             else: submit(e)
 
 
-def run_episodes(model, tok, problems: list[dict], engine, *, n_samples: int = 1, temperature: float = 0.0, top_p: float = 1.0,
-                 seed: int = 0, step_cap: int = 30, max_new_tokens: int = 1024, batch_size: int = 16, backend: str = "transformers",
-                 greedy_first: bool = False, max_prompt_tokens: int = 14_336, tools: list | None = None, settings=None,
+def run_episodes(model, tok, problems: list[dict], engine, settings: RolloutSettings | None = None, *, n_samples: int = 1,
+                 temperature: float = 0.0, top_p: float = 1.0, seed: int = 0, greedy_first: bool = False, tools: list | None = None,
                  desc: str = "episodes") -> list[dict]:
-    """Run `model` as an agent on every problem `n_samples` times; one canonical trajectory per (problem, sample) with
-    `success` (production_strict), `score`, `n_calls`, `valid_calls`, `recommended`, `recommended_exist`.
-    `greedy_first`: sample 0 decodes greedily (the single-attempt ASR), the others at `temperature`. `settings`
-    (`RolloutSettings`): the backend's own options (KV reuse and bf16 for transformers; dtype, KV cache size for vLLM).
-    A progress bar (`desc`) counts finished episodes."""
-    if backend not in BACKENDS: raise ValueError(f"unknown rollout backend {backend!r}; known: {', '.join(BACKENDS)}")
+    """Run `model` as an agent on every problem `n_samples` times, each episode in a fresh `ShoppingEnv` of `engine`; one
+    canonical trajectory per (problem, sample) with `success` (production_strict), `score`, `n_calls`, `valid_calls`,
+    `recommended`, `recommended_exist`. `settings` (`RolloutSettings`): the backend, the batch, the step cap, the token
+    budgets and the backend's own options (KV reuse and bf16 for transformers; dtype, KV cache size for vLLM).
+    `greedy_first`: sample 0 decodes greedily (the single-attempt ASR), the others at `temperature`. A progress bar (`desc`)
+    counts finished episodes."""
     rs = settings or RolloutSettings()
+    if rs.backend not in BACKENDS: raise ValueError(f"unknown rollout backend {rs.backend!r}; known: {', '.join(BACKENDS)}")
     tools = tools or tool_schemas_for_training()
-    eps = [_new_episode(p, s, engine, step_cap, tools) for p in problems for s in range(n_samples)]
-    turns = _Turns(tok, tools, temperature=temperature, top_p=top_p, seed=seed, greedy_first=greedy_first,
-                   max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens)
+    eps = []
+    for p in problems:
+        for s in range(n_samples):
+            env = ShoppingEnv(engine, step_cap=rs.step_cap)
+            env.reset(**p)
+            eps.append(new_episode(p, s, env))
+    turns = Turns(tok, tools, temperature=temperature, top_p=top_p, seed=seed, greedy_first=greedy_first,
+                  max_new_tokens=rs.max_new_tokens, max_prompt_tokens=rs.max_prompt_tokens)
     with progress(len(eps), desc, unit="ep", disable=not eps) as bar:
-        if backend == "vllm":
-            _drive_vllm(model, eps, turns, batch_size=batch_size, bar=bar, dtype=rs.vllm_dtype, max_num_seqs=max(batch_size, 1),
-                        max_model_len=max_prompt_tokens, kv_cache_gb=rs.vllm_kv_cache_gb, seed=seed)
+        if rs.backend == "vllm":
+            _drive_vllm(model, eps, turns, batch_size=rs.batch_size, bar=bar, dtype=rs.vllm_dtype, max_num_seqs=max(rs.batch_size, 1),
+                        max_model_len=rs.max_prompt_tokens, kv_cache_gb=rs.vllm_kv_cache_gb, seed=seed)
         else:
-            _drive_rounds(BACKENDS[backend], model, eps, turns, batch_size=batch_size, kv_reuse=rs.kv_reuse, bf16=rs.bf16, bar=bar)
+            gen = BACKENDS[rs.backend]
+            kv = KVStore() if rs.kv_reuse and gen is generate_transformers else None
+            play_rounds(gen, model, eps, turns, batch_size=rs.batch_size, kv=kv, bf16=rs.bf16, bar=bar)
     return [_finish_episode(e, tools, engine.catalog) for e in eps]

@@ -10,13 +10,15 @@ import json
 import random
 import time
 from pathlib import Path
+from ..core.files import write_json
+from ..core.run import StageFolder
 from ..corpus.trajectory import assistant_message, make_tool_call, tool_message
 from ..sandbox.reference_agent import ReferenceAgent
 from ..sandbox.tools import ShoppingEnv
 from .policy import save_policy
 from .rendering import sft_row, tool_schemas_for_training
 from .settings import TrainSettings
-from .sft import sft
+from .sft import continue_sft
 
 # %% ../../nbs/05_supervised_stack/12_teacher.ipynb #b3e7ec69
 def teacher_trajectory(problem: dict, engine, step_cap: int = 30) -> dict:
@@ -48,17 +50,15 @@ def teacher_rows(problems: list[dict], engine, tok, settings: TrainSettings, too
     return rows, counts
 
 
-def teacher_sft(model, tok, problems: list[dict], engine, settings: TrainSettings, out_dir, resume: bool = True) -> tuple[Path, dict]:
-    "Stage 3: the reference agent's successes on race-bank problems continue the SFT. Returns (policy folder, counts)."
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    info_path = out / "teacher.json"
-    if resume and (out / "model" / "config.json").exists() and info_path.exists(): return out / "model", json.loads(info_path.read_text())
+def teacher_sft(model, tok, problems: list[dict], engine, settings: TrainSettings, stage: StageFolder, resume: bool = True) -> tuple[Path, dict]:
+    """Stage 3 in `stage`: the reference agent's successes on race-bank problems continue the SFT. Returns (policy folder,
+    counts: also its `teacher.json`)."""
+    stage.make()
+    if resume and stage.has_policy and stage.teacher.is_file(): return stage.policy, json.loads(stage.teacher.read_text())
     t0 = time.time()
     rows, counts = teacher_rows(problems, engine, tok, settings)
     info = {"counts": counts, "rows": len(rows), "teacher_seconds": time.time() - t0}
-    steps = settings.sft.stage2_steps if settings.sft.stage2_steps > 0 else None
-    path = sft(model, tok, rows, settings, out, resume=resume, max_steps=steps, lr=settings.sft.stage2_lr) if rows else save_policy(model, tok, out / "model")
+    path = continue_sft(model, tok, rows, settings, stage, resume) if rows else save_policy(model, tok, stage.policy)
     info["seconds"] = time.time() - t0
-    info_path.write_text(json.dumps(info, indent=1))
+    write_json(stage.teacher, info)
     return path, info

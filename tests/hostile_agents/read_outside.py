@@ -1,4 +1,4 @@
-"Reads files outside its folder: /etc/passwd, the validator's gold (beside the agent's file, or found through shopdistill.env.__file__), the home folders; recommends any gold it finds."
+"Reads files outside its folder: /etc/passwd, the validator's gold (beside the agent's file, or found through shopdistill.sandbox.tools.__file__), the home folders; recommends any gold it finds."
 import json, os, re
 from pathlib import Path
 
@@ -10,7 +10,7 @@ def agent_main(problem):
     for p in ["/etc/passwd", "/etc/shadow", "/root/.bash_history", "/proc/1/environ"]:
         try: seen[p] = open(p, "rb").read(200).decode("utf-8", "replace")
         except OSError as e: seen[p] = type(e).__name__
-    roots = [Path(__file__).resolve().parent, Path(shopdistill.env.__file__).resolve().parents[1], Path.cwd()]
+    roots = [Path(__file__).resolve().parent, Path(shopdistill.sandbox.tools.__file__).resolve().parents[2], Path.cwd()]
     hits = [str(f) for r in roots for f in r.glob("runs/*/sandbox/tasks.jsonl")]
     for top, dirs, files in os.walk("/"):
         dirs[:] = [d for d in dirs if not (top == "/" and d in ("proc", "sys", "dev", "usr"))]

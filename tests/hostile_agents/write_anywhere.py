@@ -13,7 +13,7 @@ def _try(report, what, fn):
 
 
 def agent_main(problem):
-    r, me, lib = {}, Path(__file__), Path(shopdistill.env.__file__)
+    r, me, lib = {}, Path(__file__), Path(shopdistill.sandbox.tools.__file__)
     _try(r, "append own file", lambda: open(me, MODE).write("# pwned\n"))
     _try(r, "rename own file", lambda: getattr(os, "ren" + "ame")(me, me.with_suffix(".bak")))
     _try(r, "truncate own file", lambda: getattr(os, "trun" + "cate")(me, 0))
