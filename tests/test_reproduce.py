@@ -93,6 +93,8 @@ def test_executes_chapters_in_order_into_the_run_folder(project):
     out = nbformat.read(run_dir / "01_second.ipynb", as_version=4)
     injected = [c for c in out.cells if "injected-parameters" in c.metadata.get("tags", [])]
     assert len(injected) == 1 and 'profile = "tiny"' in injected[0].source
+    first = nbformat.read(run_dir / "00_first.ipynb", as_version=4)  # no parameters cell: nothing injected, nothing warned
+    assert not [c for c in first.cells if "injected-parameters" in c.metadata.get("tags", [])]
     assert (run_dir / "second.txt").read_text() == "tiny 7 10"
     assert not list((project / "nbs").glob("*.html")), "nothing is written into nbs/"
 

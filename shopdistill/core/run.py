@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['STAGES', 'CHAPTER_KEY_ENV', 'KEY_FILE', 'repo_root', 'configs_dir', 'runs_root', 'figures_dir', 'generated_dir',
            'profile_name', 'Layout', 'SandboxFolder', 'ArenaFolder', 'TrajectoriesFolder', 'CorpusFolder',
-           'StageFolder', 'TrainFolder', 'LoopFolder', 'ResultsFolder', 'Run', 'keyed_dir']
+           'StageFolder', 'TrainFolder', 'LoopFolder', 'GeneratedFolder', 'ResultsFolder', 'Run', 'keyed_dir']
 
 # %% ../../nbs/core/01_run.ipynb #8b86bb8a
 import importlib.util, os, re, shutil
@@ -202,6 +202,18 @@ class LoopFolder(Layout):
     "Chapter 07: the last checkpoint entered into the arena as a miner."
     placing: Path = _name("placing.json", "where it placed each day and whether it qualified")
     races: Path = _name("races.parquet", "the races of the season it played")
+
+
+@dataclass(frozen=True)
+class GeneratedFolder(Layout):
+    "Chapter 07: the paper's generated LaTeX (`paper/generated/`, outside the run): what `paper/main.tex` inputs."
+    macros: Path = _name("macros.tex", "a `\\newcommand` for every number the prose quotes")
+    numbers: Path = _name("results.json", "the run's named numbers the paper quotes")
+    provenance: Path = _name("provenance.json", "where each quoted number comes from")
+
+    def table(self, name: str) -> Path:
+        "The booktabs table `name` (`main_results`, `funnel`, ...)."
+        return self.path / f"{name}.tex"
 
 
 @dataclass(frozen=True)

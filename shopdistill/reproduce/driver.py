@@ -303,13 +303,20 @@ def _environ(**values):
             else: os.environ[k] = v
 
 
+def _takes_parameters(notebook) -> bool:
+    "Does the notebook have a cell tagged `parameters` (where papermill injects the profile)?"
+    return any("parameters" in c.get("metadata", {}).get("tags", []) for c in nbformat.read(notebook, as_version=4).cells)
+
+
 def _execute(prepared, output, profile_param, cwd, timeout=None):
-    "Run the prepared notebook with papermill in a `python3` kernel, in `cwd`, injecting the profile."
+    "Run the prepared notebook with papermill in a `python3` kernel, in `cwd`, injecting the profile where it takes one."
     import papermill as pm
     from traitlets.config import Config
     kernel = Config()
     if os.name == "posix": kernel.KernelManager.transport = "ipc"  # local sockets: no TCP ports, no plain-text warning
-    pm.execute_notebook(str(prepared), str(output), parameters={"profile": profile_param}, kernel_name="python3",
+    # a module's notebook that never reads the profile has no `parameters` cell: nothing to inject, nothing to warn about
+    params = {"profile": profile_param} if _takes_parameters(prepared) else {}
+    pm.execute_notebook(str(prepared), str(output), parameters=params, kernel_name="python3",
                         cwd=str(cwd), progress_bar=False, log_output=False, execution_timeout=timeout, config=kernel)
 
 # %% ../../nbs/99_reproduce/01_driver.ipynb #9d204122

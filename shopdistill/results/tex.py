@@ -10,6 +10,7 @@ import json
 import math
 import re
 from pathlib import Path
+from ..core.run import GeneratedFolder
 
 # %% ../../nbs/07_results/01_tex.ipynb #6d4c9995
 class Quoted:
@@ -103,13 +104,13 @@ def retrace(entry: dict, results: dict, published: set) -> str | None:
 # %% ../../nbs/07_results/01_tex.ipynb #4fd866bf
 def write_generated(out_dir, quoted: Quoted, tables: dict[str, str]) -> dict:
     "Write `macros.tex`, each table's `.tex`, `results.json` and `provenance.json` into `out_dir`; refuse untraceable numbers."
-    out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
-    files = {"macros.tex": quoted.macros(), **{f"{k}.tex": v for k, v in tables.items()}}
-    for name, tex in files.items():
+    out = GeneratedFolder(Path(out_dir)).make()
+    files = {out.macros: quoted.macros(), **{out.table(k): v for k, v in tables.items()}}
+    for path, tex in files.items():
         bad = untraceable(tex, quoted.entries)
-        if bad: raise ValueError(f"{name}: numbers not traceable to results.json or the published table: {bad[:10]}")
-        (out / name).write_text(tex)
+        if bad: raise ValueError(f"{path.name}: numbers not traceable to results.json or the published table: {bad[:10]}")
+        path.write_text(tex)
     prov = sorted({(e["text"], e["key"], e["origin"], e["fmt"], e["scale"]) for e in quoted.entries})
-    (out / "provenance.json").write_text(json.dumps([dict(zip(("text", "key", "origin", "fmt", "scale"), p)) for p in prov], indent=1) + "\n")
-    (out / "results.json").write_text(json.dumps(quoted.results, indent=1, sort_keys=True) + "\n")
-    return {n: str(out / n) for n in [*files, "provenance.json", "results.json"]}
+    out.provenance.write_text(json.dumps([dict(zip(("text", "key", "origin", "fmt", "scale"), p)) for p in prov], indent=1) + "\n")
+    out.numbers.write_text(json.dumps(quoted.results, indent=1, sort_keys=True) + "\n")
+    return {p.name: str(p) for p in [*files, out.provenance, out.numbers]}

@@ -1,0 +1,121 @@
+"""The shape of the project, checked: one module per notebook, data and imports flowing one way through the chapters,
+cells in nbdev's grain, and every file of a run named in one place (`shopdistill.core.run`)."""
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from shopdistill.core import run as layout
+
+ROOT = Path(__file__).resolve().parents[1]
+NBS, LIB = ROOT / "nbs", ROOT / "shopdistill"
+
+
+def notebooks() -> list[Path]:
+    "Every notebook in reading order: the foundations (`core/`), the chapters 00-07, then the tooling (99)."
+    folders = sorted((p for p in NBS.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))),
+                     key=lambda p: (p.name != "core", p.name))
+    return [nb for f in folders for nb in sorted(f.glob("*.ipynb"))]
+
+
+def cells(nb: Path) -> list[dict]:
+    return [{**c, "source": "".join(c["source"]) if isinstance(c["source"], list) else c["source"]} for c in json.loads(nb.read_text())["cells"]]
+
+
+def default_exp(nb: Path) -> str | None:
+    found = [m.group(1) for c in cells(nb) if c["cell_type"] == "code" for m in re.finditer(r"^#\|\s*default_exp\s+(\S+)", c["source"], re.M)]
+    assert len(found) <= 1, f"{nb}: {len(found)} default_exp cells"
+    return found[0] if found else None
+
+
+def module_order() -> dict[str, int]:
+    "module -> its notebook's position in reading order."
+    return {m: i for i, nb in enumerate(notebooks()) if (m := default_exp(nb))}
+
+
+def test_each_module_has_one_notebook_and_every_notebook_exports_to_its_own():
+    "nbdev's own model: a notebook writes one module whole, so exporting twice changes nothing and needs no fix-up."
+    mods = [default_exp(nb) for nb in notebooks()]
+    named = [m for m in mods if m]
+    assert len(named) == len(set(named)), "two notebooks export to one module"
+    for nb in notebooks():
+        for c in cells(nb):
+            if c["cell_type"] == "code":
+                assert not re.search(r"^#\|[ \t]*export[is]?[ \t]+\S", c["source"], re.M), f"{nb.name}: exports to another module"
+    on_disk = {".".join(p.relative_to(LIB).with_suffix("").parts) for p in LIB.rglob("*.py") if p.name not in ("__init__.py", "_modidx.py")}
+    assert on_disk == set(named), f"modules without a notebook: {sorted(on_disk - set(named))}"
+    assert not (LIB / "_nbdev_procs.py").exists()
+
+
+def imports_of(path: Path) -> list[tuple[str, bool]]:
+    "(imported shopdistill module, at the top level?) for every import of a package module in `path`."
+    mod = ".".join(path.relative_to(LIB).with_suffix("").parts)
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level: target = ".".join(mod.split(".")[:-node.level] + ([node.module] if node.module else []))
+            elif (node.module or "").startswith("shopdistill."): target = node.module[len("shopdistill."):]
+            else: continue
+            names = [target] if node.module or not node.level else [f"{target}.{a.name}".strip(".") for a in node.names]
+            out += [(t, node.col_offset == 0) for t in names]
+        elif isinstance(node, ast.Import):
+            out += [(a.name[len("shopdistill."):], node.col_offset == 0) for a in node.names if a.name.startswith("shopdistill.")]
+    return out
+
+
+def test_no_module_imports_a_later_one_or_hides_an_import_in_a_function():
+    "Data flows one way: a module imports only earlier notebooks' modules, and says so at its top, where a reader sees the order."
+    order = module_order()
+    for p in sorted(LIB.rglob("*.py")):
+        mod = ".".join(p.relative_to(LIB).with_suffix("").parts)
+        if mod not in order: continue
+        for target, top in imports_of(p):
+            assert top, f"{mod} imports shopdistill.{target} inside a function"
+            if target in order:
+                assert order[target] < order[mod], f"{mod} imports the later module {target}"
+
+
+def test_no_code_cell_is_longer_than_sixty_lines():
+    "One piece per cell, then what runs it: a cell a reader can take in at once."
+    long = [f"{nb.relative_to(NBS)} cell {i}: {c['source'].count(chr(10)) + 1} lines"
+            for nb in notebooks() for i, c in enumerate(cells(nb)) if c["cell_type"] == "code" and c["source"].count("\n") >= 60]
+    assert not long, long
+
+
+LAYOUTS = [layout.Run, layout.SandboxFolder, layout.ArenaFolder, layout.TrajectoriesFolder, layout.CorpusFolder,
+           layout.StageFolder, layout.TrainFolder, layout.LoopFolder, layout.ResultsFolder, layout.GeneratedFolder]
+RUN_FOLDERS = {"sandbox", "arena", "trajectories", "corpus", "train", "loop", "results", "arena_rules", "run_agent", *layout.STAGES}
+
+
+def run_names() -> set[str]:
+    "Every file and folder name the run layout gives, and the folders `Run` itself names, as written in a path."
+    names = {n for cls in LAYOUTS for n, _ in cls.names().values()}
+    return names | {n.split("/")[-1] for n in names} | RUN_FOLDERS
+
+
+def joined_paths(source: str, names: set[str]) -> list[str]:
+    "The `... / \"name\"` joins in `source` whose name is a run artifact's."
+    return [m.group(0) for m in re.finditer(r"""/\s*f?["']([^"'{}]+)["']""", source) if m.group(1) in names]
+
+
+def test_run_artifacts_are_named_only_by_the_run_layout():
+    """A chapter asks the `Run` for another chapter's output (`run.bank()`, `run.stage(s).policy`); it never spells the path.
+    The library may spell none of the layout's names; a notebook's demonstrations write small files of their own in
+    temporary folders (a `tasks.jsonl`, a `documents.jsonl.gz`), so there only the run's folders and stages count."""
+    names, found = run_names(), []
+    for p in sorted(LIB.rglob("*.py")):
+        if p.name != "_modidx.py" and p != LIB / "core" / "run.py":
+            found += [f"{p.relative_to(ROOT)}: {j}" for j in joined_paths(p.read_text(), names)]
+    for nb in notebooks():
+        if nb.name == "01_run.ipynb" and nb.parent.name == "core": continue
+        for i, c in enumerate(cells(nb)):
+            if c["cell_type"] == "code": found += [f"{nb.relative_to(ROOT)} cell {i}: {j}" for j in joined_paths(c["source"], RUN_FOLDERS)]
+    assert not found, found
+
+
+def test_the_guard_sees_a_spelled_path():
+    "The check above can fail: a hand-written join of a run artifact's name is what it looks for."
+    assert joined_paths('bank = cfg.run.path / "arena" / "bank.jsonl"', run_names()) == ['/ "arena"', '/ "bank.jsonl"']
+    assert joined_paths('x = run.bank()', run_names()) == []
