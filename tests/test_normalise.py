@@ -279,7 +279,8 @@ def test_openai_row_variants():
     assert t["meta"]["scores"] == {"success": True} and t["meta"]["miner"] == {"hotkey": None, "uid": 4}
     assert t["meta"]["message_extra"] == {"4": {"weight": 0}} and t["meta"]["steps"][1]["extra"] == {"weight": 1}
     assert _reject(read_openai_row, {"messages": [{"role": "robot", "content": "x"}]}, "f", 1, b"").reason == "unknown_role"
-    assert _reject(read_openai_row, {"messages": [{"role": "user", "content": "x"}]}, "f", 1, b"").reason == "no_assistant_turn"
+    assert _reject(read_openai_row, {"messages": [{"role": "user", "content": "x"}]}, "f", 1, b"").reason == "prompt_only"  # as published SN15 rows may be
+    assert _reject(read_openai_row, {"messages": [{"role": "user", "content": "x"}, {"role": "tool", "content": "[]"}]}, "f", 1, b"").reason == "no_assistant_turn"
     assert _reject(read_openai_row, {"messages": "not json"}, "f", 1, b"").reason == "wrong_type"
 
 

@@ -151,6 +151,7 @@ class StageFolder(Layout):
     "Chapters 05-06: one stage of the recipe: its policy, its training, and its held-out evaluation."
     policy: Path = _name("model", "the trained policy: a `transformers` model folder")
     trainer: Path = _name("trainer", "the trainer's checkpoints, for resuming")
+    gathered: Path = _name("trainer/gathered", "DeepSpeed ZeRO-3 only: the trained weights gathered from every process, before the policy is made of them")
     train_log: Path = _name("train_log.json", "the trainer's log history and timing")
     evaluation: Path = _name("eval.json", "the stage's row of the stage table")
     episodes: Path = _name("eval.jsonl.gz", "the held-out episodes the evaluation is computed from")

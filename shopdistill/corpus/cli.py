@@ -6,7 +6,10 @@
 __all__ = []
 
 # %% ../../nbs/04_structural_filter/10_cli.ipynb #edad66c0
+import json
+from collections import Counter
 from ..core.commands import UsageError, command
+from ..core.run import TrajectoriesFolder
 from .build import build_corpus
 
 # %% ../../nbs/04_structural_filter/10_cli.ipynb #998fa056
@@ -34,4 +37,8 @@ def _corpus(args) -> int:
           f"({s['problems']['in_corpus']:,} problems, {s['problems']['clusters']:,} clusters); audit: "
           f"{'empty' if not s['audit'] else str(len(s['audit'])) + ' findings'}; {s['seconds']['total']:.0f}s{' (reused)' if s.get('reused') else ''}")
     print(f"corpus -> {s['out_dir']} (README.md, dataset/, steps/, parquet/)")
+    ledger = TrajectoriesFolder(s["trajectories_dir"]).ledger
+    reasons = Counter(json.loads(l)["reason"] for l in open(ledger)) if ledger.is_file() else Counter()
+    print(f"ledger: {sum(reasons.values()):,} records not kept as trajectories ({', '.join(f'{k} {v}' for k, v in sorted(reasons.items())) or 'none'}), "
+          f"each with its file, line, reason and its row's id where it has one -> {ledger}")
     return 0

@@ -178,9 +178,9 @@ def sniff_format(records: list) -> str | None:
     return max(FORMATS, key=lambda f: (votes[f], -FORMATS.index(f))) if votes else None
 
 # %% ../../nbs/03_normalise_and_judge/03_normalise.ipynb #816c3f5a
-def ledger_entry(file, line: int, reason: str, step=None, detail: str = "", fmt: str | None = None) -> dict:
-    "One ledger line: where (file, line, step), why (reason code), and the detail."
-    return {"source": str(file), "line": int(line), "step": step, "reason": reason, "detail": str(detail)[:300], "format": fmt}
+def ledger_entry(file, line: int, reason: str, step=None, detail: str = "", fmt: str | None = None, record_id=None) -> dict:
+    "One ledger line: where (file, line, step), why (reason code), the detail, and the record's own `id` when it has one (SN15 corpus rows)."
+    return {"source": str(file), "line": int(line), "step": step, "reason": reason, "detail": str(detail)[:300], "format": fmt, **({"id": record_id} if record_id is not None else {})}
 
 
 def shard_line(traj: dict, fast: bool = False) -> bytes:
@@ -255,6 +255,12 @@ def _normalised_records(path, fmt: str, problems, judge, max_record_bytes: int):
     return file_fmt, _normalised(path, chain(head, records), fmt, file_fmt, problems, judge)
 
 
+def _record_id(value):
+    "A record's own identifier (the `id` of a published SN15 corpus row), for the ledger; None when it has none."
+    rid = value.get("id") if isinstance(value, dict) else None
+    return rid if isinstance(rid, str) or (isinstance(rid, int) and not isinstance(rid, bool)) else None
+
+
 def _normalised(path, records, fmt: str, file_fmt: str | None, problems, judge):
     "The records of `normalised_records` (see there), one at a time; every failure becomes a ledger entry."
     for line, raw, value, fast in records:
@@ -268,7 +274,7 @@ def _normalised(path, records, fmt: str, file_fmt: str | None, problems, judge):
             if judge is not None: traj["meta"]["judge"] = judge.judge(traj)
             data = shard_line(traj, fast)
         except Reject as r:
-            yield None, None, ledger_entry(path, line, r.reason, r.step, r.detail, file_fmt), False; continue
+            yield None, None, ledger_entry(path, line, r.reason, r.step, r.detail, file_fmt, _record_id(value)), False; continue
         except UnicodeEncodeError as e:
             yield None, None, ledger_entry(path, line, "invalid_unicode", None, f"{e.reason} at {e.start}", file_fmt), False; continue
         except RecursionError:
@@ -330,6 +336,7 @@ class NormaliseSettings:
     max_record_bytes: int = MAX_RECORD_BYTES  # longer lines are rejected unread
     compresslevel: int = 1  # gzip level of the trajectory shards (1: fast; the shards are rewritten by chapter 04)
     problems: str | None = "auto"  # bank/task JSONL for categories; auto: bank.jsonl next to the inputs
+    traces_path: str | None = None  # real trace files (a file, folder or glob: SN15 corpus rows, envelopes, upstream rollouts) read by chapters 03-04 instead of chapter 02's simulated firehose
 
 
 TRACE_SUFFIXES = (".jsonl.gz", ".jsonl", ".json", ".gz", ".parquet", ".ndjson")
@@ -445,7 +452,7 @@ def _normalise_files(jobs: list, workers: int, state: tuple, progress: bool = Tr
     for rep in _map_files(jobs, workers, state):
         if scan is not None: scan.collect(rep["shard"], rep.pop("scan"))
         for e in rep.pop("rejects"):
-            ledger.reject(e["source"], e["line"], e["reason"], step=e["step"], detail=e["detail"], format=e["format"])
+            ledger.reject(e["source"], e["line"], e["reason"], step=e["step"], detail=e["detail"], format=e["format"], **({"id": e["id"]} if "id" in e else {}))
             rep.setdefault("reasons", Counter())[e["reason"]] += 1
         rep["reasons"] = dict(sorted(rep.get("reasons", {}).items()))
         reports.append(rep)
@@ -464,7 +471,7 @@ def _judge_after(out: Path, judge, reports: list, progress: bool = True) -> dict
     return judge_summary
 
 # %% ../../nbs/03_normalise_and_judge/03_normalise.ipynb #113f98e8
-READER_VERSION = 1  # part of the fingerprint: bump when a reader's output changes, so old outputs are not reused
+READER_VERSION = 2  # part of the fingerprint: bump when a reader's output changes, so old outputs are not reused
 
 def normalise_traces(glob_or_paths, out_dir, judge="proxy", workers: int = 2, format: str = "auto", problems="auto",
                      max_record_bytes: int = MAX_RECORD_BYTES, compresslevel: int = 1, judge_settings=None,

@@ -488,6 +488,8 @@ def read_openai_row(row, file, line: int, raw: bytes, problems: ProblemIndex | N
     if "messages" not in row: raise Reject("missing_field", "messages")
     b = TrajectoryBuilder()
     msg_extra = _openai_turns(b, _list(_maybe_json(row["messages"], "messages"), "messages", None))
+    if b.messages and {m["role"] for m in b.messages} <= {"system", "user"}:  # a prompt with no agent turn: nothing to learn from, ledgered
+        raise Reject("prompt_only", f"{len(b.messages)} message(s), no agent turn: {', '.join(m['role'] for m in b.messages)}")
     raw_tools = _maybe_json(row.get("tools"), "tools")
     if raw_tools is None:
         b.issue("tools_missing", None, "")

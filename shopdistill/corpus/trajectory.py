@@ -43,6 +43,7 @@ REJECT_REASONS = {
     "unknown_role": "a message role other than system, user, assistant, tool (developer)",
     "no_dialogue": "the run produced no dialogue (crashed or timed out before returning)",
     "no_assistant_turn": "nothing the agent did: no assistant message",
+    "prompt_only": "an OpenAI-style row holding only the prompt (system and user turns), as some rows of the published SN15 corpus do",
     "missing_query": "no query in the record and none found for its problem id",
     "reader_error": "a reader raised an unexpected exception: a bug, recorded with where it happened (never raised as a Reject)",
 }

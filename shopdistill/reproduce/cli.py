@@ -9,18 +9,22 @@ __all__ = ['VERB_MODULES', 'build_parser', 'main']
 import argparse
 import importlib
 import json
+import shutil
 import sys
+from contextlib import nullcontext
 from ..core.commands import COMMANDS, UsageError, _existing, command
 from .settings import load_config
 
 VERB_MODULES = ("shopdistill.arena.cli", "shopdistill.corpus.cli", "shopdistill.training.cli")  # chapters' modules that register verbs with `command`
 from ..core.ledger import InputError
 from ..core.settings import ConfigError
-from .driver import ReproduceError, notebook_matches, reproduce
+from .driver import ReproduceError, _run_lock, notebook_matches, profile_checks, reproduce, require_ready
 from ..sandbox.scoring import score_report
 from ..sandbox.server import serve
 from ..sandbox.tasks import TaskFormatError
-from ..training.cli import dry_run
+from ..training.cli import dry_run, preflight_report, run_stage, stage_name, start_policy
+from ..training.stages import load_recipe, stage_frame
+from ..training.trainer import is_main_process, process_rank
 
 # %% ../../nbs/99_reproduce/02_cli.ipynb #1b492d1f
 def _reproduce_arguments(p):
@@ -30,11 +34,13 @@ def _reproduce_arguments(p):
     p.add_argument("--force", action="store_true", help="re-run chapters even when unchanged")
     p.add_argument("--no-html", action="store_true", help="do not render executed notebooks to HTML")
     p.add_argument("--timeout", type=int, default=None, help="seconds a cell may run (default: no limit)")
+    p.add_argument("--no-preflight", action="store_true", help="skip the checks a profile that needs a GPU gets before any work (shopdistill doctor)")
 
 
 @command("reproduce", "run the chapter notebooks in order into runs/<profile>/, reusing unchanged ones", _reproduce_arguments)
 def _reproduce(args) -> int:
-    m = reproduce(args.profile, only=args.only, flags=args.flags, force=args.force, html=not args.no_html, timeout=args.timeout)
+    m = reproduce(args.profile, only=args.only, flags=args.flags, force=args.force, html=not args.no_html, timeout=args.timeout,
+                  preflight=not args.no_preflight)
     only = [str(o).zfill(2) if str(o).isdigit() else str(o) for o in args.only or []]
     chosen = [n for n in sorted(m["notebooks"]) if not only or any(notebook_matches(n, o) for o in only)]
     ran = [n for n in chosen if m["notebooks"][n].get("status") == "executed"]  # this run's, not those kept from an earlier one
@@ -73,20 +79,60 @@ def _score(args) -> int:
 # %% ../../nbs/99_reproduce/02_cli.ipynb #1f2b3389
 def _train_arguments(p):
     p.add_argument("--profile", default="smoke", help="settings file under configs/ (default: smoke)")
+    p.add_argument("--stage", metavar="NAME", help="run one stage: standin, base, stage1_sft (sft), stage2_rejection (rejection), stage3_teacher "
+                   "(teacher), stage4_kto (kto), dr_grpo (grpo), outcome_grpo; under `accelerate launch` every process trains, the main one writes")
     p.add_argument("--dry-run", action="store_true", help="build every trainer on a tiny stand-in model with the profile's settings, train nothing")
-    p.add_argument("--force", action="store_true", help="re-run chapters 05 and 06 even when their inputs are unchanged")
+    p.add_argument("--start-policy", action="store_true", help="with --stage: print the policy the stage starts from (e.g. for trl vllm-serve --model) and exit")
+    p.add_argument("--force", action="store_true", help="re-run chapters 05 and 06 even when unchanged; with --stage: delete the stage's folder first")
+    p.add_argument("--no-preflight", action="store_true", help="skip the checks a profile that needs a GPU gets before any work (shopdistill doctor)")
 
 
-@command("train", "post-train with the five-stage recipe (chapters 05-06), or --dry-run to check a profile's trainers", _train_arguments, settings=True)
+@command("train", "post-train with the five-stage recipe (chapters 05-06), one --stage, or --dry-run to check a profile's trainers", _train_arguments, settings=True)
 def _train(args) -> int:
+    s = args.settings
     if args.dry_run:
-        s = args.settings
         rows = dry_run(s.train, s.kto, s.grpo)
         for r in rows: print("  ".join(f"{k}={v}" for k, v in r.items()))
         print(f"dry run of profile {args.profile!r}: {sum(r['trainer'] != 'note' for r in rows)} trainers built, nothing trained")
         return 0
-    reproduce(args.profile, only=["05", "06"], force=args.force)
+    if args.start_policy:
+        if not args.stage: raise UsageError("--start-policy needs --stage NAME")
+        print(start_policy(args.stage, s.run, s.train))
+        return 0
+    if args.stage: return _train_stage(s, stage_name(args.stage), args.force, not args.no_preflight)
+    reproduce(args.profile, only=["05", "06"], force=args.force, preflight=not args.no_preflight)
     return 0
+
+# %% ../../nbs/99_reproduce/02_cli.ipynb #4a8a654a
+def _train_stage(s, name: str, force: bool, check: bool) -> int:
+    "`train --stage`: stage `name` of profile settings `s`, in this process (one of a launch's, or the only one)."
+    run, main_process = s.run, is_main_process()
+    if check: require_ready(s)
+    if force:
+        if process_rank()[1] > 1: raise UsageError("--force deletes the stage's folder: do that without accelerate launch, then launch without --force")
+        shutil.rmtree(run.stage(name).path, ignore_errors=True)
+    run.make()
+    with _run_lock(run) if main_process else nullcontext():
+        row = run_stage(name, load_recipe(run, s.train, s.catalog, s.search, s.tasks), s.kto, s.grpo)
+        if main_process and row is not None and name != "standin": stage_frame(run.train())  # the stage table, this row included
+    if not main_process: return 0
+    if row is None: print(f"stage {name}: nothing to do for profile {s.profile}")  # the stand-in of a profile that has none
+    if name == "standin": print(f"stand-in: drill accuracy {row['drill_accuracy']}, {row['seconds']:.0f} s -> {run.stage(name).policy}")
+    else: print(f"stage {name}: ASR {100 * row['asr']:.1f}% [{100 * row['asr_lo']:.1f}, {100 * row['asr_hi']:.1f}] on {row['n_problems']} held-out "
+                f"problems ({row['n_samples']} episodes); policy {start_policy(name, run, s.train) if name == 'base' else run.stage(name).policy}")
+    return 0
+
+
+def _doctor_arguments(p):
+    p.add_argument("--profile", default="smoke", help="profile name (configs/<name>.yaml) or a YAML path (default: smoke)")
+
+
+@command("doctor", "check that this machine has what a profile needs (GPUs, CUDA, vLLM, the model, the data paths, disk, extras), every problem at once",
+         _doctor_arguments, settings=True)
+def _doctor(args) -> int:
+    rows = profile_checks(args.settings)
+    print(preflight_report(rows, args.settings.profile))
+    return 1 if any(r["ok"] is False for r in rows) else 0
 
 # %% ../../nbs/99_reproduce/02_cli.ipynb #17103139
 def build_parser() -> argparse.ArgumentParser:

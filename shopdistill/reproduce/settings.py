@@ -30,6 +30,7 @@ from ..corpus.build import CorpusSettings
 from ..training.settings import TrainSettings
 from ..training.kto import KtoSettings
 from ..training.grpo import GrpoSettings
+from ..training.cli import PreflightSettings
 from ..results.loop import LoopSettings
 
 # %% ../../nbs/99_reproduce/00_settings.ipynb #2d6798a0
@@ -55,6 +56,7 @@ class Settings:
     train: TrainSettings = field(default_factory=TrainSettings)  # 05
     kto: KtoSettings = field(default_factory=KtoSettings)  # 05
     grpo: GrpoSettings = field(default_factory=GrpoSettings)  # 06
+    preflight: PreflightSettings = field(default_factory=PreflightSettings)  # 06: what `shopdistill doctor` requires of the machine
     loop: LoopSettings = field(default_factory=LoopSettings)  # 07
 
     NOT_IN_FILE: typing.ClassVar[tuple] = ("profile", "path")

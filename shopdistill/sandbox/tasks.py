@@ -213,11 +213,16 @@ def load_tasks(path, category: str | None = None, ledger: Ledger | None = None) 
     """Load tasks from a ShoppingBench JSONL file, an SN15 suite (JSON array, or `{"problems": [...]}`),
     or a file written by `save_tasks`. A bad record raises `TaskFormatError` (file, line or item, field);
     with `ledger` it is recorded there (`reason="bad_task"`) and the rest loads. Ids are made unique
-    within the file by a `~2`, `~3` suffix (the first keeps its id)."""
+    within the file by a `~2`, `~3` suffix (the first keeps its id). A folder: every `.jsonl`/`.json` file in it, by name
+    (ShoppingBench's `synthesize_{product,shop,voucher}_test.jsonl`), ids unique across them."""
     path = Path(path)
     if category is not None and category not in TASK_CATEGORIES: raise ValueError(f"load_tasks: unknown category {category!r}")
+    if path.is_dir():  # ShoppingBench ships one file per intent (synthesize_product_test.jsonl, ...): the folder's files in name order
+        files = sorted(p for p in path.iterdir() if p.suffix in (".jsonl", ".json"))
+        if not files: raise InputError(path, "a folder without task files (*.jsonl, *.json)")
+        return _unique_ids([t for f in files for t in load_tasks(f, category, ledger)])
     hint = category or category_from_filename(path)
-    tasks, seen = [], {}
+    tasks = []
     for where, n, rec in _records(path):
         try:
             if isinstance(rec, Exception): raise rec
@@ -226,10 +231,17 @@ def load_tasks(path, category: str | None = None, ledger: Ledger | None = None) 
             if ledger is None: raise TaskFormatError(f"{path}:{where} {n}: {e}") from None
             ledger.reject(path, n, "bad_task", detail=str(e), where=where)
             continue
+        tasks.append(task)
+    return _unique_ids(tasks)
+
+
+def _unique_ids(tasks: list[dict]) -> list[dict]:
+    "`tasks` with repeated ids made unique by a `~2`, `~3` suffix (the first keeps its id)."
+    seen = {}
+    for task in tasks:
         k = seen.get(task["id"], 0) + 1
         seen[task["id"]] = k
         if k > 1: task["id"] = f"{task['id']}~{k}"
-        tasks.append(task)
     return tasks
 
 # %% ../../nbs/01_shopping_sandbox/03_tasks.ipynb #ab165a69

@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['REWARDS', 'GrpoSettings', 'grpo_config', 'state_rows', 'sample_turns', 'screen_states', 'per_step_trainer',
-           'dr_grpo_stage', 'fitted_env_class', 'outcome_rows', 'outcome_trainer', 'outcome_grpo_stage']
+           'dr_grpo_stage', 'fitted_env_class', 'outcome_rows', 'outcome_trainer', 'outcome_grpo_stage', 'run_stage5']
 
 # %% ../../nbs/06_dr_grpo/01_grpo.ipynb #ad79fdb0
 import inspect
@@ -15,13 +15,18 @@ import time
 from dataclasses import dataclass, replace
 from functools import wraps
 from pathlib import Path
+from ..core.files import write_json
 from ..core.run import StageFolder
 from ..sandbox.tools import ShoppingEnv
 from .rendering import ELIDED, render_prompt
 from .rewards import REWARD_RANGE, per_step_reward, step_reward
 from .rollout import BACKENDS, episode_seed
+from .evaluation import evaluate_stage, reuse_evaluation
+from .policy import load_policy
+from .rejection import rejection_problems
 from .settings import LoraSettings
-from .trainer import peft_config, progress_callback, train_stage, trainer_arguments
+from .stages import Recipe, record_timing, require_policy
+from .trainer import is_main_process, peft_config, progress_callback, shared_result, train_stage, trainer_arguments
 
 # %% ../../nbs/06_dr_grpo/01_grpo.ipynb #76342b73
 REWARDS = ("per_step", "outcome")
@@ -241,3 +246,53 @@ def outcome_grpo_stage(model, tok, problems: list[dict], engine, settings: GrpoS
     (`environment_factory`), reward = production_strict success."""
     return train_stage(stage, lambda: outcome_trainer(model, tok, problems, engine, settings, stage, cpu=cpu), tok, resume=resume,
                        info={"reward": "outcome", "problems": len(problems), "reward_range": [0.0, 1.0]})
+
+# %% ../../nbs/06_dr_grpo/01_grpo.ipynb #78a0eebd
+_SCREEN_KEYS = ("screen_states", "screen_samples", "mixed_only", "max_states", "max_prompt_tokens", "temperature", "top_p",
+                "max_completion_length", "seed")
+
+def _screened(r: Recipe, model, tok, gs: GrpoSettings, stage: StageFolder) -> dict:
+    "The screening of stage 5 (`settings`, `report`, `kept`), from `stage.states` when made with these settings, else made (the main process)."
+    import datasets
+    key = {k: getattr(gs, k) for k in _SCREEN_KEYS}
+    def make():
+        steps = datasets.load_from_disk(str(r.run.corpus().steps))["train"]
+        rows, drawn = state_rows(steps, tok, max_prompt_tokens=gs.max_prompt_tokens, limit=gs.screen_states, seed=gs.seed)
+        kept, report = screen_states(model, tok, rows, gs)
+        report["draw"] = {**drawn, "train_states": len(steps)}
+        saved = {"settings": key, "report": report, "kept": kept}
+        write_json(stage.make().states, saved)
+        return saved
+    read = lambda p: json.loads(p.read_text())
+    return shared_result(stage.states, make, read, current=lambda p: read(p).get("settings") == key)
+
+# %% ../../nbs/06_dr_grpo/01_grpo.ipynb #538887b7
+def run_stage5(r: Recipe, gs: GrpoSettings) -> dict | None:
+    """Stage 5 with the reward `gs.reward` (section `grpo`) from the stage-4 policy, into `dr_grpo` (per-step) or `outcome_grpo`
+    unless the stage has a policy; its evaluation row (None outside the main process)."""
+    ts, prev = r.ts, require_policy(r.run.stage("stage4_kto"))
+    name = "dr_grpo" if gs.reward == "per_step" else "outcome_grpo"  # chapter 05's stage table knows both
+    stage = r.run.stage(name)
+    model, tok = load_policy(str(prev.policy), ts)
+    screen, states = None, None
+    if gs.reward == "per_step":
+        saved = _screened(r, model, tok, gs, stage)
+        screen, states = saved["report"], saved["kept"]
+        path = dr_grpo_stage(model, tok, states, gs, stage) if states else prev.policy  # no mixed state: stage 5 is stage 4
+    else:
+        probs = rejection_problems(r.bank, set(r.corpus["train"]["problem_id"]), {p.get("cluster") for p in r.heldout}, gs.outcome_problems)
+        path = outcome_grpo_stage(model, tok, probs, r.engine, gs, stage)
+    if not is_main_process(): return None
+    log = json.loads(stage.train_log.read_text()) if path != prev.policy else {"log_history": [], "global_step": 0, "train_seconds": 0.0}
+    r.notes[name] = {"screen": screen, "states": states, "log": log, "policy": path}
+    if stage.has_evaluation: row = json.loads(stage.evaluation.read_text())
+    else:
+        row = reuse_evaluation(prev, stage) if path == prev.policy else evaluate_stage(stage, *load_policy(str(path), ts), r.eval_problems, r.engine, ts)
+        row.update({"reward": gs.reward, "reward_range": list(REWARD_RANGE) if gs.reward == "per_step" else [0.0, 1.0],
+                    "states_screened": screen["screened"] if screen else None, "states_mixed": screen["mixed"] if screen else None,
+                    "states_kept": len(states) if screen else None, "screen_seconds": screen["seconds"] if screen else None,
+                    "train_seconds": log["train_seconds"], "train_steps": log["global_step"], "trained": log["global_step"] > 0,
+                    "loss_type": gs.loss_type, "scale_rewards": gs.scale_rewards, "beta": gs.beta, "lr": gs.lr, "num_generations": gs.num_generations})
+        write_json(stage.evaluation, row)
+    record_timing(r.run.train(), {name: round((screen["seconds"] if screen else 0) + log["train_seconds"], 1)}, chapter="06")
+    return row

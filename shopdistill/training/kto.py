@@ -18,7 +18,7 @@ from .rendering import sft_row
 from .rollout import run_episodes
 from .settings import LoraSettings, RolloutSettings
 from ..core.run import StageFolder
-from .trainer import peft_config, progress_callback, train_stage, trainer_arguments
+from .trainer import peft_config, progress_callback, shared_result, train_stage, trainer_arguments
 
 # %% ../../nbs/05_supervised_stack/13_kto.ipynb #d0ebf7f0
 @dataclass(frozen=True)
@@ -175,9 +175,11 @@ def kto_stage(model, tok, desirable: list[dict], undesirable: list[dict], settin
 def kto_episodes(model, tok, problems: list[dict], engine, rollout: RolloutSettings, settings: KtoSettings, stage: StageFolder) -> list[dict]:
     """What stage 4 learns from: `settings.samples` episodes of `model` on each of `problems` at `settings.temperature` (the
     rollout engine, `rollout`: section `train.rollout`), labelled by `production_strict`. They are kept in the
-    `episodes.jsonl.gz` of `stage`, and read from there when present: a rerun trains on the same data."""
-    if stage.kto_episodes.is_file(): return read_episodes(stage.kto_episodes)
-    eps = run_episodes(model, tok, problems, engine, rollout, n_samples=settings.samples, temperature=settings.temperature,
-                       top_p=settings.top_p, seed=settings.seed, desc="stage 4 episodes")
-    write_episodes(stage.make().kto_episodes, eps)
-    return eps
+    `episodes.jsonl.gz` of `stage`, and read from there when present: a rerun trains on the same data. Under a distributed
+    launch the main process plays them and the others read them."""
+    def play():
+        eps = run_episodes(model, tok, problems, engine, rollout, n_samples=settings.samples, temperature=settings.temperature,
+                           top_p=settings.top_p, seed=settings.seed, desc="stage 4 episodes")
+        write_episodes(stage.make().kto_episodes, eps)
+        return eps
+    return shared_result(stage.kto_episodes, play, read_episodes)

@@ -10,12 +10,18 @@ def lm_loss(model, input_ids, attention_mask, labels, num_items_in_batch=None):
     """Next-token cross-entropy over positions with a label (not -100), computing the output layer only there: the mean,
     or the sum divided by `num_items_in_batch` (what `Trainer` expects under gradient accumulation)."""
     import torch.nn.functional as F
-    core = model.get_base_model() if hasattr(model, "get_base_model") else model
-    hidden = core.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
     tgt = labels[:, 1:]
     keep = tgt != -100
-    if not bool(keep.any()): return hidden.sum() * 0.0
-    logits = core.lm_head(hidden[:, :-1][keep])
-    if num_items_in_batch is None: return F.cross_entropy(logits.float(), tgt[keep])
+    if hasattr(model, "module"):  # DDP or DeepSpeed: only the wrapper's forward syncs gradients, so the loss goes through it
+        at = keep.any(0).nonzero().flatten()  # positions where some row has a label: the output layer runs only there
+        out = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=at)
+        if not bool(keep.any()): return out.logits.sum() * 0.0
+        logits, tgt = out.logits[keep[:, at]], tgt[:, at][keep[:, at]]
+    else:
+        core = model.get_base_model() if hasattr(model, "get_base_model") else model
+        hidden = core.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        if not bool(keep.any()): return hidden.sum() * 0.0
+        logits, tgt = core.lm_head(hidden[:, :-1][keep]), tgt[keep]
+    if num_items_in_batch is None: return F.cross_entropy(logits.float(), tgt)
     n = num_items_in_batch.to(logits.device) if hasattr(num_items_in_batch, "to") else num_items_in_batch
-    return F.cross_entropy(logits.float(), tgt[keep], reduction="sum") / n
+    return F.cross_entropy(logits.float(), tgt, reduction="sum") / n

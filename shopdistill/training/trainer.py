@@ -4,9 +4,10 @@
 
 # %% auto #0
 __all__ = ['peft_config', 'bf16_autocast', 'trainer_arguments', 'compact_lm_head', 'last_checkpoint', 'progress_callback',
-           'train_stage']
+           'process_rank', 'is_main_process', 'shared_result', 'train_stage']
 
 # %% ../../nbs/05_supervised_stack/09_trainer.ipynb #fe89f7a3
+import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -74,7 +75,7 @@ def progress_callback(desc: str):
     class _Bar(TrainerCallback):
         bar = None
         def on_train_begin(self, args, state, control, **kw):
-            self.bar = progress(state.max_steps, desc, unit="step", initial=state.global_step)
+            self.bar = progress(state.max_steps, desc, unit="step", initial=state.global_step, disable=not is_main_process())
         def on_step_end(self, args, state, control, **kw):
             if self.bar is not None: self.bar.update(state.global_step - self.bar.n)
         def on_log(self, args, state, control, logs=None, **kw):
@@ -83,7 +84,42 @@ def progress_callback(desc: str):
             if self.bar is not None: self.bar.close(); self.bar = None
     return _Bar()
 
+# %% ../../nbs/05_supervised_stack/09_trainer.ipynb #ce5a74e3
+def process_rank() -> tuple[int, int]:
+    "(rank, number of processes) of a distributed launch (`accelerate launch`, `torchrun` set `RANK` and `WORLD_SIZE`); (0, 1) otherwise."
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def is_main_process() -> bool:
+    "Whether this process writes the run's outputs: the only process, or rank 0 of a launch."
+    return process_rank()[0] == 0
+
+
+def shared_result(path, make, read, current=None, poll_s: float = 2.0):
+    """What every process needs from one computation: `read(path)` when `path` holds it (and `current(path)` says it is of these
+    settings), else the main process runs `make()`, which writes `path` and returns the result, and the others wait for it."""
+    path, current = Path(path), current or (lambda p: True)
+    if path.exists() and current(path): return read(path)
+    if is_main_process(): return make()
+    while not (path.exists() and current(path)): time.sleep(poll_s)
+    return read(path)
+
 # %% ../../nbs/05_supervised_stack/09_trainer.ipynb #82f83030
+def _trained_model(trainer, stage: StageFolder):
+    """The trained model with whole weights in the main process: the trainer's own, except under DeepSpeed ZeRO-3, where each
+    process holds a shard. There every process takes part in `save_model` (which gathers the weights into `stage.gathered`) and
+    the main process loads them back (with the LoRA adapter, when the stage trains one)."""
+    plugin = getattr(getattr(getattr(trainer, "accelerator", None), "state", None), "deepspeed_plugin", None)
+    if plugin is None or getattr(plugin, "zero_stage", 0) != 3: return trainer.model
+    trainer.save_model(str(stage.gathered))
+    if not is_main_process(): return None
+    if (stage.gathered / "adapter_config.json").is_file():
+        from peft import AutoPeftModelForCausalLM
+        return AutoPeftModelForCausalLM.from_pretrained(str(stage.gathered))
+    from transformers import AutoModelForCausalLM
+    return AutoModelForCausalLM.from_pretrained(str(stage.gathered))
+
+
 def train_stage(stage: StageFolder, make_trainer, tok, *, resume: bool = True, info=None) -> Path:
     """The policy of `stage` (a run's `run.stage(name)`, or a `StageFolder` of its own): unless `resume` finds one there already, the trainer `make_trainer()`
     builds trains (from the last checkpoint under `stage.trainer` when `resume`), `stage.train_log` is written, then the
@@ -94,7 +130,9 @@ def train_stage(stage: StageFolder, make_trainer, tok, *, resume: bool = True, i
     ckpt = last_checkpoint(stage.trainer) if resume else None
     t0 = time.time()
     with compact_lm_head(): result = trainer.train(resume_from_checkpoint=ckpt)
+    model = _trained_model(trainer, stage)
+    if not is_main_process(): return stage.policy  # the main process writes the log and the policy
     extra = info(trainer) if callable(info) else dict(info or {})
     write_json(stage.train_log, {"log_history": trainer.state.log_history, "global_step": trainer.state.global_step, "resumed_from": ckpt,
                                  "train_seconds": time.time() - t0, "train_loss": getattr(result, "training_loss", None), **extra})
-    return save_policy(trainer.model, tok, stage.policy)
+    return save_policy(model, tok, stage.policy)

@@ -1,0 +1,153 @@
+"""The reader's site and the README: README.md is what nbs/index.ipynb gives; an executed notebook is cleaned for readers
+(no directives, one line per progress bar, no machine paths, no papermill cells); a site built from a tiny run has its pages,
+passes the checks CI runs, and looks like a page in headless Chromium (the index, screenshotted and measured)."""
+import base64
+import importlib.util
+import io
+import os
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "docs"))
+import docsite  # noqa: E402
+import readme  # noqa: E402
+
+HAVE_MKDOCS = all(importlib.util.find_spec(m) for m in ("mkdocs", "material", "mkdocs_jupyter", "mkdocstrings_handlers"))
+needs_mkdocs = pytest.mark.skipif(not HAVE_MKDOCS, reason="the docs extra is not installed (pip install -e '.[docs]'; make env does)")
+
+
+def test_readme_is_generated_from_the_index_notebook():
+    assert (ROOT / "README.md").read_text() == readme.readme_text(), "README.md is stale: edit nbs/index.ipynb, then `make readme`"
+    assert readme.main(["--check"]) == 0
+
+
+def test_readme_check_fails_on_a_stale_readme(tmp_path, monkeypatch):
+    stale = tmp_path / "README.md"
+    stale.write_text("# an old README\n")
+    monkeypatch.setattr(readme, "README", stale)
+    assert readme.main(["--check"]) == 1
+
+
+@pytest.mark.parametrize("text,want", [
+    ("wrote /work/after/runs/smoke/arena/bank.jsonl", "wrote runs/smoke/arena/bank.jsonl"),
+    ("/home/ana/src/shopdistill/.venv/lib/python3.11/x.py:21", ".venv/lib/python3.11/x.py:21"),
+    ("File /srv/ci/shopdistill/shopdistill/core/run.py:3", "File shopdistill/core/run.py:3"),
+    ("error: /tmp/tmpu7ngjoka/empty.jsonl: no records", "error: <tmp>/empty.jsonl: no records"),
+    ("cache in /root/.cache/shopdistill/bases", "cache in ~/.cache/shopdistill/bases"),
+    ("50% of 1/2 steps, ratio 3/4", "50% of 1/2 steps, ratio 3/4"),
+])
+def test_machine_paths_become_relative(text, want):
+    assert docsite.relative_paths(text, roots=["/srv/ci/shopdistill"]) == want
+    assert not docsite.MACHINE_PATH.search(want)
+
+
+def executed_notebook() -> nbformat.NotebookNode:
+    "A notebook as the driver leaves it: papermill's injected cell, directives, a progress bar in pieces, an absolute path, a figure."
+    nb = nbformat.v4.new_notebook()
+    injected = nbformat.v4.new_code_cell('profile = "smoke"')
+    injected.metadata["tags"] = ["injected-parameters"]
+    export = nbformat.v4.new_code_cell("#| export\ndef f(x):\n    \"Twice `x`.\"\n    return 2 * x")
+    run = nbformat.v4.new_code_cell("#| reproduce\nprint(f(2))")
+    run.outputs = [nbformat.v4.new_output("stream", name="stderr", text=t) for t in ("\rtrain:   0%| 0/3", "\rtrain:  67%| 2/3", "\rtrain: 100%| 3/3", "\n")]
+    run.outputs.append(nbformat.v4.new_output("stream", name="stdout", text="wrote /work/x/runs/smoke/out.json\n"))
+    png = io.BytesIO()
+    from PIL import Image
+    Image.new("RGB", (40, 20), (200, 60, 60)).save(png, format="PNG")
+    fig = nbformat.v4.new_code_cell("plt.show()")
+    fig.outputs = [nbformat.v4.new_output("display_data", data={"image/png": base64.b64encode(png.getvalue()).decode(), "text/plain": "<Figure>"})]
+    nb.cells = [nbformat.v4.new_markdown_cell("# A demo chapter\n> What it does."), nbformat.v4.new_code_cell("#| default_exp core.files"),
+                injected, export, run, fig]
+    return nb
+
+
+def test_an_executed_notebook_is_cleaned_for_readers():
+    nb = docsite.clean_notebook(executed_notebook())
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert [c.source for c in code] == ['def f(x):\n    "Twice `x`."\n    return 2 * x', "print(f(2))", "plt.show()"]
+    streams = [o for o in code[1].outputs]
+    assert [(o.name, o.text) for o in streams] == [("stderr", "train: 100%| 3/3\n"), ("stdout", "wrote runs/smoke/out.json\n")]
+    assert docsite.warnings_in(nb) == []
+    nb.cells[-1].outputs.append(nbformat.v4.new_output("stream", name="stderr", text="x.py:21: TqdmWarning: IProgress not found\n"))
+    assert docsite.warnings_in(nb) == [f"cell {len(nb.cells) - 1}: TqdmWarning"]
+
+
+@pytest.fixture(scope="module")
+def tiny_site(tmp_path_factory):
+    "A site built from a one-chapter run (its notebook exports `core.files`, whose API page is built too); None without MkDocs."
+    if not HAVE_MKDOCS: return None
+    base = tmp_path_factory.mktemp("site")
+    nbs, runs, figures = base / "nbs", base / "runs", base / "figures"
+    (nbs / "00_demo").mkdir(parents=True)
+    source = executed_notebook()
+    source.cells = [c for c in source.cells if "injected-parameters" not in c.metadata.get("tags", [])]
+    for c in source.cells:
+        if c.cell_type == "code": c.outputs = []
+    nbformat.write(source, nbs / "00_demo" / "00_first.ipynb")
+    (nbs / "index.ipynb").write_bytes((ROOT / "nbs" / "index.ipynb").read_bytes())
+    (runs / "smoke" / "00_demo").mkdir(parents=True)
+    nbformat.write(executed_notebook(), runs / "smoke" / "00_demo" / "00_first.ipynb")
+    figures.mkdir()
+    for png in (ROOT / "figures").glob("*.png"): (figures / png.name).write_bytes(png.read_bytes())
+    info = docsite.stage("smoke", runs, base / "_docs_src", figures, nbs=nbs, extra=(), say=lambda m: None)
+    import subprocess
+    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-f", str(base / "_docs_src" / "mkdocs.yml"),
+                        "-d", str(base / "_docs")], capture_output=True, text=True, cwd=ROOT, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert r.returncode == 0 and not (r.stdout + r.stderr).strip(), r.stdout + r.stderr
+    return base / "_docs", info
+
+
+@needs_mkdocs
+def test_a_site_built_from_a_run_has_its_pages_and_passes_the_checks(tiny_site):
+    site, info = tiny_site
+    assert info["chapters"] == {"00_demo": ["00_first"]}
+    page = (site / "00_demo" / "00_first" / "index.html").read_text()
+    assert "train: 100%| 3/3" in page and "train:  67%" not in page
+    assert "#| export" not in page and "/work/" not in page
+    assert (site / "api" / "core.files" / "index.html").exists()
+    assert docsite.check(site, {"00_demo": ["00_first"]}) == []
+    assert "chapter page 00_demo/00_missing/ is missing" in docsite.check(site, {"00_demo": ["00_first", "00_missing"]})
+
+
+@needs_mkdocs
+def test_the_check_catches_a_machine_path_and_a_missing_image(tiny_site, tmp_path):
+    import shutil
+    site = tmp_path / "site"
+    shutil.copytree(tiny_site[0], site)
+    p = site / "00_demo" / "00_first" / "index.html"
+    p.write_text(p.read_text().replace("</article>", "<p>/root/.cache/x</p><img src=\"../../figures/nothing.png\"></article>", 1))
+    problems = docsite.check(site, {"00_demo": ["00_first"]})
+    assert any("absolute path '/root/.cache/x'" in x for x in problems) and any("nothing.png does not exist" in x for x in problems)
+
+
+def _site_for_screenshot(request):
+    "The site CI built (`$SHOPDISTILL_DOCS_SITE`, after `make docs`) or, without one, the tiny site."
+    if os.environ.get("SHOPDISTILL_DOCS_SITE"):
+        site = Path(os.environ["SHOPDISTILL_DOCS_SITE"])
+        assert (site / "index.html").exists(), f"$SHOPDISTILL_DOCS_SITE={site} holds no built site"
+        return site
+    tiny = request.getfixturevalue("tiny_site")
+    if tiny is None: pytest.skip("no site to look at: the docs extra is not installed and $SHOPDISTILL_DOCS_SITE is unset")
+    return tiny[0]
+
+
+@pytest.mark.skipif(docsite.browser() is None, reason="Chromium is not installed (Debian: apt-get install chromium); CI installs it")
+def test_the_index_page_in_headless_chromium(request, tmp_path):
+    "The index served on loopback, screenshotted: a page of the expected size with the theme's header and text on it, not a blank."
+    from PIL import Image
+    site = _site_for_screenshot(request)
+    with docsite.serve(site) as url:
+        png = docsite.screenshot(url, tmp_path / "index.png", 1280, 900)
+    im = Image.open(png).convert("RGB")
+    assert im.size == (1280, 900)
+    assert png.stat().st_size > 20_000, "a nearly empty image"
+    header = im.crop((0, 0, 1280, 40)).getcolors(1 << 16)
+    indigo = sum(n for n, (r, g, b) in header if b > 150 and r < 100 and g < 110)  # Material's indigo header bar
+    assert indigo > 0.5 * 1280 * 40, "no theme header: the stylesheet did not load"
+    body = im.crop((250, 120, 1000, 880))
+    dark = sum(n for n, rgb in body.getcolors(1 << 20) if sum(rgb) < 300)
+    assert dark > 2_000, "no text on the page"
+    assert len(im.getcolors(1 << 20)) > 50, "a flat image"
