@@ -230,7 +230,7 @@ def _path_rows(cat: CatalogSettings, tasks: TaskSettings, ns: NormaliseSettings)
                            "put ShoppingBench's documents.jsonl.gz (the 2.5M-product Lazada catalog, from the ShoppingBench release) there, or set catalog.path"))
     if tasks.path is None: rows.append(_row("tasks", True, "synthesised from the catalog (tasks.path: null)"))
     else: rows.append(_row("tasks", Path(tasks.path).exists(), f"tasks.path {there(tasks.path)}",
-                           f"mkdir -p {Path(tasks.path).parent} && ln -s {next(iter(found.values())).parent} {tasks.path}   (ShoppingBench's public test files, found here)" if found else
+                           f"mkdir -p {Path(tasks.path).parent} && ln -sr {os.path.relpath(next(iter(found.values())).parent)} {tasks.path}   (ShoppingBench's public test files, found here)" if found else
                            "put ShoppingBench's synthesize_{product,shop,voucher}_test.jsonl there (a folder, or one file), or set tasks.path"))
     if ns.traces_path is None: rows.append(_row("traces", True, "chapter 02's simulated firehose (normalise.traces_path: null)"))
     else:
