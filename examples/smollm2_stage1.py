@@ -8,7 +8,7 @@ already made (the two profiles' data sections are identical, which is checked):
     make env VLLM=1 && make reproduce ONLY="00 01 02 03 04"    # the smoke data, if runs/smoke/ does not hold it yet
     .venv/bin/python examples/smollm2_stage1.py                # about 2 hours on 2 AVX2 cores (measured: stage 1 69 min, evaluations 13 and 27 min)
 
-It writes `runs/smollm2/train/stage1_only/{base,stage1_sft}/` (episodes, `eval.json`, the checkpoint) and its `stages.json` (the summary),
+It writes `runs/smollm2/stage1_only/{base,stage1_sft}/` (episodes, `eval.json`, the checkpoint) and its `stages.json` (the summary),
 and skips every part whose output exists. Greedy episodes (sample 0 of chapter 05's evaluation) on the same held-out
 problems for both; production_strict; Wilson 95% intervals.
 """
@@ -27,7 +27,6 @@ def main() -> int:
     from shopdistill.reproduce.settings import load_config
     from shopdistill.core.progress import quiet_libraries
     from shopdistill.training.policy import load_policy
-    from shopdistill.training.rollout import close_vllm
     from shopdistill.sandbox.profile import load_sandbox
     from shopdistill.training.sft import corpus_rows, per_problem_rows, sft
     from shopdistill.training.evaluation import evaluate_stage, evaluation_problems
@@ -45,7 +44,7 @@ def main() -> int:
     if not (bank_path.exists() and corpus_path.exists()):
         sys.exit(f"no smoke data under {run.path}: run `make reproduce ONLY=\"00 01 02 03 04\"` first")
     ts = cfg.train
-    out = TrainFolder(cfg.run.train().stage1_only)
+    out = TrainFolder(cfg.run.stage1_only)
     bank = [json.loads(line) for line in bank_path.open()]
     corpus = datasets.load_from_disk(str(corpus_path))
     engine = load_sandbox(data.run, data.catalog, data.search, data.tasks)[1]
@@ -58,7 +57,6 @@ def main() -> int:
         if not folder.evaluation.exists():
             model, tok = load_policy(spec, ts)
             evaluate_stage(folder, model if ts.rollout.backend != "vllm" else spec, tok, problems, engine, ts, n_samples=1)
-            close_vllm()  # frees its KV cache before training
         return json.loads(folder.evaluation.read_text())
 
     rows = {"base": evaluate("base", ts.base)}

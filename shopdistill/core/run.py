@@ -182,7 +182,6 @@ class StageFolder(Layout):
 class TrainFolder(Layout):
     "Chapters 05-06: every stage's folder, the stage table and the time spent."
     table: Path = _name("stages.json", "the stage table: every stage's row and the timing")
-    stage1_only: Path = _name("stage1_only", "examples/smollm2_stage1.py: stage 1 alone on a real base, a train folder of its own (base, stage1_sft, stages.json)")
 
     def stage(self, name: str) -> StageFolder:
         "The folder of stage `name` (one of `STAGES`, or another name)."
@@ -232,6 +231,7 @@ class Run(Layout):
     prepared: Path = _name("prepared", "the notebooks as the driver runs them (cells nbdev-test skips made raw)")
     logs: Path = _name("logs", "each notebook's progress bars, followed on the terminal")
     html: Path = _name("html", "the executed notebooks rendered for readers without Jupyter")
+    stage1_only: Path = _name("stage1_only", "examples/smollm2_stage1.py: stage 1 alone on a real base, a train folder of its own (base, stage1_sft, stages.json), outside `train/` so that chapter 05 never empties it")
     lock: Path = _name(".lock", "held while a driver writes this run")
 
     @classmethod
@@ -249,6 +249,10 @@ class Run(Layout):
     def stage(self, name: str) -> StageFolder: return self.train().stage(name)
     def loop(self) -> LoopFolder: return LoopFolder(self.path / "loop")
     def results(self) -> ResultsFolder: return ResultsFolder(self.path / "results")
+
+    def executed(self, name: str) -> Path:
+        "The executed copy of chapter notebook `name` (`<chapter folder>/<notebook>`), as the driver writes it."
+        return self.path / f"{name}.ipynb"
 
 # %% ../../nbs/core/01_run.ipynb #cc353455
 CHAPTER_KEY_ENV = "SHOPDISTILL_CHAPTER_KEY"

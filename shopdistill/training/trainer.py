@@ -15,6 +15,7 @@ from ..core.files import write_json
 from ..core.progress import progress
 from ..core.run import StageFolder
 from .policy import save_policy
+from .rollout import close_vllm
 from .settings import LoraSettings, cpu_bf16
 
 # %% ../../nbs/05_supervised_stack/09_trainer.ipynb #15ff4e06
@@ -126,6 +127,7 @@ def train_stage(stage: StageFolder, make_trainer, tok, *, resume: bool = True, i
     policy (`save_policy` to `stage.policy`). `info`: what the stage adds to its log, a dict or a function of the trainer."""
     if resume and stage.has_policy: return stage.policy
     stage.make()
+    close_vllm()  # a rollout engine left open (an evaluation, rejection sampling) holds most of the GPU the trainer needs
     trainer = make_trainer()
     ckpt = last_checkpoint(stage.trainer) if resume else None
     t0 = time.time()
