@@ -9,7 +9,9 @@ Quarto (nbdev's `nbdev-docs`) cannot be installed from a package registry (its P
 build time), so the site is built with MkDocs, which installs from PyPI (the `docs` extra of `pyproject.toml`).
 """
 import argparse
+import functools
 import html
+import http.server
 import json
 import os
 import re
@@ -24,11 +26,11 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from readme import index_markdown  # noqa: E402  (docs/readme.py: the index notebook as Markdown, shared with README.md)
+from shopdistill.core.run import Run, figures_dir, runs_root  # noqa: E402
+from shopdistill.reproduce.driver import execute, find_chapters, injected, notebook_name, prepare_notebook, strip_directives  # noqa: E402
 
 # ---------------------------------------------------------------- cleaning an executed notebook for a reader
 
-DIRECTIVE = re.compile(r"^[ \t]*#\|.*(?:\n|$)", re.M)
-PAPERMILL_TAGS = {"injected-parameters"}
 # a top-level folder of the repository: an absolute path into one of them is shown from the repository root
 REPO_FOLDERS = ("runs", "figures", "paper", "nbs", "configs", "examples", "bench", "tests", ".venv", "_docs")
 _IN_REPO = re.compile(r"(?<![\w.~-])(?:/[\w.@+-]+)+?/(?=(?:%s)/)" % "|".join(re.escape(f) for f in REPO_FOLDERS))
@@ -36,11 +38,6 @@ _TMP = re.compile(r"(?<![\w.~-])/(?:var/)?tmp/[\w.@+-]+")
 _HOME = re.compile(r"(?<![\w.~-])(?:/root|/home/[\w.@+-]+)(?=/|\b)")
 MACHINE_PATH = re.compile(r"(?<![\w.~-])/(?:work|root|tmp|home)/")
 LIBRARY_WARNING = re.compile(r"\b[A-Z]\w*Warning\b|\bwarnings\.warn\b")
-
-
-def strip_directives(source: str) -> str:
-    "A code cell's source without nbdev's `#|` directive lines (`#| export`, `#| reproduce`, `#| default_exp ...`)."
-    return DIRECTIVE.sub("", source).strip("\n")
 
 
 def relative_paths(text: str, roots=()) -> str:
@@ -74,8 +71,7 @@ def clean_notebook(nb, roots=()):
     from nbconvert.preprocessors import CoalesceStreamsPreprocessor
     cells = []
     for c in nb.cells:
-        tags = set(c.get("metadata", {}).get("tags", []))
-        if tags & PAPERMILL_TAGS: continue
+        if injected(c): continue
         if c.cell_type == "raw" and c.source.lstrip().startswith("#|"):  # a code cell the run skipped (driver: `_as_raw`)
             c = nbformat.v4.new_code_cell(c.source)
         if c.cell_type == "code":
@@ -142,30 +138,15 @@ def _page_header(nb, module: str | None, source: str):
 
 
 def execute_copy(src: Path, dest: Path, timeout: int = 600):
-    "Execute a notebook that no reproduction runs (the foundations, the tooling) the way `nbdev-test` does, into `dest`."
-    import papermill as pm
-    from traitlets.config import Config
-    from shopdistill.reproduce.driver import prepare_notebook
+    "Execute a notebook that no reproduction runs (the foundations, the tooling) into `dest`, in the driver's kernel, as a chapter is."
     prepare_notebook(src, dest)
-    kernel = Config()
-    if os.name == "posix": kernel.KernelManager.transport = "ipc"  # local sockets: no TCP ports, no plain-text warning
-    env = {"PYTHONWARNINGS": ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), "ignore:IProgress not found"]))}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try: pm.execute_notebook(str(dest), str(dest), kernel_name="python3", cwd=str(src.parent), progress_bar=False, log_output=False,
-                             execution_timeout=timeout, config=kernel)
-    finally:
-        for k, v in old.items():
-            if v is None: os.environ.pop(k, None)
-            else: os.environ[k] = v
+    execute(dest, dest, "smoke", src.parent, timeout)
 
 
 def stage(profile: str, runs: Path, staging: Path, figures: Path, nbs: Path = ROOT / "nbs", extra=("core", "99_reproduce"),
           paper_pdf: Path | None = None, strict: bool = True, say=print) -> dict:
     """Write the site's sources into `staging/docs` and its MkDocs configuration into `staging/mkdocs.yml`; returns the nav.
     Raises when the run lacks an executed notebook or a page would show a library warning."""
-    from shopdistill.core.run import Run
-    from shopdistill.reproduce.driver import find_chapters, notebook_name
     run = Run.of(profile, runs)
     docs = staging / "docs"
     if staging.exists(): shutil.rmtree(staging)
@@ -173,7 +154,7 @@ def stage(profile: str, runs: Path, staging: Path, figures: Path, nbs: Path = RO
     chapters, missing, warned = {}, [], []
     for src in find_chapters(nbs):
         name = notebook_name(src)
-        executed = run.path / f"{name}.ipynb"
+        executed = run.executed(name)
         if not executed.exists():
             missing.append(name)
             continue
@@ -251,12 +232,11 @@ def _stage_index(docs: Path, index_nb: Path, figures: Path, chapters: dict):
 
 
 def build(profile: str = "smoke", runs: Path | None = None, out: Path = ROOT / "_docs", staging: Path = ROOT / "_docs_src",
-          figures: Path | None = None, paper_pdf: Path | None = ROOT / "paper" / "main.pdf", extra=("core", "99_reproduce"), strict: bool = True,
-          say=print) -> dict:
+          figures: Path | None = None, nbs: Path = ROOT / "nbs", paper_pdf: Path | None = ROOT / "paper" / "main.pdf",
+          extra=("core", "99_reproduce"), strict: bool = True, say=print) -> dict:
     "Stage the site's sources and build it with MkDocs (`--strict`: a broken link or a warning fails the build) into `out`."
-    from shopdistill.core.run import figures_dir, runs_root
     runs = Path(runs) if runs else runs_root()
-    info = stage(profile, runs, Path(staging), Path(figures) if figures else figures_dir(), paper_pdf=paper_pdf, extra=extra, strict=strict, say=say)
+    info = stage(profile, runs, Path(staging), Path(figures) if figures else figures_dir(), nbs=nbs, paper_pdf=paper_pdf, extra=extra, strict=strict, say=say)
     cmd = [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-f", str(Path(staging) / "mkdocs.yml"), "-d", str(Path(out).absolute())]
     # Material's notice of its end of life (May 2027; Zensical succeeds it) is printed on every build: known, and not a fault of the site
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
@@ -294,9 +274,8 @@ def check(site: Path, chapters: dict[str, list[str]]) -> list[str]:
     return problems
 
 
-def expected_chapters(profile: str = "smoke", runs: Path | None = None, nbs: Path = ROOT / "nbs") -> dict[str, list[str]]:
+def expected_chapters(nbs: Path = ROOT / "nbs") -> dict[str, list[str]]:
     "Every chapter notebook (folder -> notebook stems) the site of a run must have a page for."
-    from shopdistill.reproduce.driver import find_chapters
     out = {}
     for p in find_chapters(nbs): out.setdefault(p.parent.name, []).append(p.stem)
     return out
@@ -316,7 +295,6 @@ def browser() -> str | None:
 class serve:
     "Serve a built site on loopback for the duration (`with serve(site) as url:`), on a free port, in a thread."
     def __init__(self, site: Path):
-        import functools, http.server
         handler = functools.partial(_QuietHandler, directory=str(site))
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
 
@@ -330,15 +308,8 @@ class serve:
         self.httpd.server_close()
 
 
-def _quiet_handler():
-    import http.server
-
-    class Handler(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args): pass  # one line per request would bury the test's output
-    return Handler
-
-
-_QuietHandler = _quiet_handler()
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args): pass  # one line per request would bury the test's output
 
 
 def screenshot(url: str, png: Path, width: int = 1280, height: int = 900, timeout: int = 90) -> Path:
@@ -382,7 +353,7 @@ def main(argv=None):
         n = sum(len(v) for v in info["chapters"].values())
         print(f"docs: {n} chapter pages in {len(info['chapters'])} chapters, API reference and index -> {a.site}")
         return 0
-    problems = check(a.site, expected_chapters(a.profile))
+    problems = check(a.site, expected_chapters())
     for p in problems: print(f"docs check: {p}", file=sys.stderr)
     pages = len(list(Path(a.site).rglob("*.html")))
     print(f"docs check: {pages} pages, {len(problems)} problems")

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+from shopdistill.reproduce.driver import strip_directives
 
 ROOT = Path(__file__).resolve().parents[1]
 INDEX = ROOT / "nbs" / "index.ipynb"
@@ -34,7 +35,7 @@ def index_markdown(index: Path = INDEX) -> str:
         if c.cell_type == "markdown": blocks.append(c.source.strip("\n"))
         elif c.cell_type == "code":
             if re.search(r"^#\|\s*hide\b", c.source, re.M): continue
-            src = re.sub(r"^[ \t]*#\|.*(?:\n|$)", "", c.source, flags=re.M).strip("\n")
+            src = strip_directives(c.source)
             if src: blocks.append(f"```python\n{src}\n```")
             out = _outputs_text(c)
             if out: blocks.append(out)

@@ -5,7 +5,6 @@ import json
 import re
 from pathlib import Path
 
-import pytest
 
 from shopdistill.core import run as layout
 
@@ -84,8 +83,8 @@ def test_no_code_cell_is_longer_than_sixty_lines():
     assert not long, long
 
 
-LAYOUTS = [layout.Run, layout.SandboxFolder, layout.ArenaFolder, layout.TrajectoriesFolder, layout.CorpusFolder,
-           layout.StageFolder, layout.TrainFolder, layout.LoopFolder, layout.ResultsFolder, layout.GeneratedFolder]
+# every layout `core.run` defines, so that a new one is guarded without being listed here
+LAYOUTS = [c for c in vars(layout).values() if isinstance(c, type) and issubclass(c, layout.Layout) and c is not layout.Layout]
 RUN_FOLDERS = {"sandbox", "arena", "trajectories", "corpus", "train", "loop", "results", "arena_rules", "run_agent", *layout.STAGES}
 
 

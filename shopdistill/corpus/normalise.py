@@ -452,7 +452,7 @@ def _normalise_files(jobs: list, workers: int, state: tuple, progress: bool = Tr
     for rep in _map_files(jobs, workers, state):
         if scan is not None: scan.collect(rep["shard"], rep.pop("scan"))
         for e in rep.pop("rejects"):
-            ledger.reject(e["source"], e["line"], e["reason"], step=e["step"], detail=e["detail"], format=e["format"], **({"id": e["id"]} if "id" in e else {}))
+            ledger.reject(**e)  # a `ledger_entry`: where, why, and the row's id where it has one
             rep.setdefault("reasons", Counter())[e["reason"]] += 1
         rep["reasons"] = dict(sorted(rep.get("reasons", {}).items()))
         reports.append(rep)

@@ -7,7 +7,8 @@ __all__ = ['CHAPTER_PATTERN', 'NOTEBOOK_PATTERN', 'KEY_PACKAGES', 'DEFAULT_SKIP_
            'MODEL_CHAPTERS', 'ReproduceError', 'find_chapters', 'notebook_name', 'notebook_matches', 'select_chapters',
            'normalise_flags', 'skip_flags', 'prepare_notebook', 'notebook_digest', 'package_versions', 'chapter_inputs',
            'read_manifest', 'write_manifest', 'plan', 'ChapterFailed', 'failure_from_output', 'git_state',
-           'tidy_outputs', 'render_html', 'profile_checks', 'require_ready', 'reproduce']
+           'tidy_outputs', 'strip_directives', 'injected', 'render_html', 'execute', 'profile_checks', 'require_ready',
+           'reproduce']
 
 # %% ../../nbs/99_reproduce/01_driver.ipynb #e82a2c4f
 import hashlib, json, os, platform, re, subprocess, threading, time
@@ -194,11 +195,6 @@ def _folders(profile, nbs_dir, runs_root, configs_dir):
     return nbs, cfg_file, Run.of(load_config(cfg_file).profile, runs)
 
 
-def _executed(run: Run, name: str) -> Path:
-    "Where the executed copy of notebook `name` goes: `runs/<profile>/<name>.ipynb`."
-    return run.path / f"{name}.ipynb"
-
-
 def plan(profile="smoke", only=None, flags=(), force=False, *, nbs_dir=None, runs_root=None, configs_dir=None) -> list[dict]:
     "What `reproduce` would do: for each selected notebook, its name, key, action (`run`/`cached`) and why. Runs nothing."
     nbs, cfg_file, run = _folders(profile, nbs_dir, runs_root, configs_dir)
@@ -209,7 +205,7 @@ def plan(profile="smoke", only=None, flags=(), force=False, *, nbs_dir=None, run
     out = []
     for c in select_chapters(chapters, only):
         n = notebook_name(c)
-        action, why = _decide(n, inputs[n], previous.get(n), _executed(run, n), force)
+        action, why = _decide(n, inputs[n], previous.get(n), run.executed(n), force)
         out.append({"chapter": n, "path": c, "key": inputs[n]["key"], "inputs": inputs[n]["inputs"], "action": action, "why": why})
     return out
 
@@ -284,13 +280,26 @@ def tidy_outputs(notebook) -> Path:
     return Path(notebook)
 
 
+_DIRECTIVE = re.compile(r"^[ \t]*#\|.*(?:\n|$)", re.M)
+
+
+def strip_directives(source: str) -> str:
+    "A code cell's source without nbdev's `#|` directive lines (`#| export`, `#| reproduce`, ...): what a reader is shown."
+    return _DIRECTIVE.sub("", source).strip("\n")
+
+
+def injected(cell) -> bool:
+    "Is `cell` the one papermill injected with the profile (the run's business, not the reader's)?"
+    return "injected-parameters" in cell.get("metadata", {}).get("tags", [])
+
+
 def render_html(notebook, out) -> Path:
     "Render an executed notebook to the HTML file `out` with nbconvert, for readers without Jupyter: no nbdev directives, no papermill cells."
     from nbconvert import HTMLExporter
     nb = nbformat.read(notebook, as_version=4)
-    nb.cells = [c for c in nb.cells if "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
+    nb.cells = [c for c in nb.cells if not injected(c)]
     for c in nb.cells:
-        if c.cell_type == "code": c.source = re.sub(r"^[ \t]*#\|.*(?:\n|$)", "", c.source, flags=re.M).strip("\n")
+        if c.cell_type == "code": c.source = strip_directives(c.source)
     body, _ = HTMLExporter().from_notebook_node(nb)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -328,7 +337,7 @@ def _takes_parameters(notebook) -> bool:
     return any("parameters" in c.get("metadata", {}).get("tags", []) for c in nbformat.read(notebook, as_version=4).cells)
 
 
-def _execute(prepared, output, profile_param, cwd, timeout=None):
+def execute(prepared, output, profile_param, cwd, timeout=None):
     "Run the prepared notebook with papermill in a `python3` kernel, in `cwd`, injecting the profile where it takes one."
     import papermill as pm
     from traitlets.config import Config
@@ -433,7 +442,7 @@ def _manifest_head(settings, cfg_file, root, flags, skip, versions, inputs) -> d
 def _run_chapter(c: Path, run: Run, flags, skip, profile_param, env: dict, html: bool, timeout, say) -> dict:
     "Prepare and execute one notebook into `run`; its manifest record, or ChapterFailed (the record is on the exception)."
     name = notebook_name(c)
-    prepared, out, t0 = run.prepared / f"{name}.ipynb", _executed(run, name), time.time()
+    prepared, out, t0 = run.prepared / f"{name}.ipynb", run.executed(name), time.time()
     n_raw = prepare_notebook(c, prepared, flags, skip)
     out.parent.mkdir(parents=True, exist_ok=True)
     prog = run.logs / f"{name}.progress"  # the notebook's progress bars (core.progress), followed on the terminal
@@ -441,7 +450,7 @@ def _run_chapter(c: Path, run: Run, flags, skip, profile_param, env: dict, html:
     prog.write_text("")
     try:
         with _environ(**env, **{PROGRESS_ENV: prog}), say.running(f"{name} running", prog):
-            _execute(prepared, out, profile_param, c.parent, timeout)
+            execute(prepared, out, profile_param, c.parent, timeout)
     except Exception as e:
         err = failure_from_output(out, name, e)
         err.record = {"status": "failed", "seconds": round(time.time() - t0, 2), "output": f"{name}.ipynb",
@@ -470,7 +479,7 @@ def _stale_before(chapters, selected, inputs, previous, run, say, profile):
     "Warn about notebooks before the selected ones that `only` left out and that are not up to date."
     for c in chapters[: chapters.index(selected[-1])]:
         n = notebook_name(c)
-        if c not in selected and _decide(n, inputs[n], previous.get(n), _executed(run, n), False)[0] == "run":
+        if c not in selected and _decide(n, inputs[n], previous.get(n), run.executed(n), False)[0] == "run":
             say.say(f"[yellow]warning:[/] {n} is not up to date for profile {profile}; later notebooks may read stale outputs")
 
 
@@ -501,10 +510,10 @@ def reproduce(profile="smoke", only=None, flags=(), force=False, *, nbs_dir=None
         for i, c in enumerate(selected, 1):
             n = notebook_name(c)
             now, head = inputs[n], f"[{i}/{len(selected)}] {n}"
-            action, why = _decide(n, now, previous.get(n), _executed(run, n), force)
+            action, why = _decide(n, now, previous.get(n), run.executed(n), force)
             if action == "cached":
                 manifest["notebooks"][n] = {**previous[n], "status": "cached"}
-                if html and not (run.html / f"{n}.html").exists(): render_html(_executed(run, n), run.html / f"{n}.html")
+                if html and not (run.html / f"{n}.html").exists(): render_html(run.executed(n), run.html / f"{n}.html")
                 say.say(f"{head}: cached ({why})")
                 continue
             say.say(f"{head}: running ({why})")

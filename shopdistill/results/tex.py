@@ -148,8 +148,9 @@ def interval_sentence(q: Quoted, before: tuple[str, str, str], after: tuple[str,
     tb, ta = (f"{q.run(k, '{:.1f}', 100)}\\% [{q.run(lo, '{:.1f}', 100)}, {q.run(hi, '{:.1f}', 100)}]" for k, lo, hi in (before, after))
     r = q.results
     if None in (r.get(bl), r.get(bh), r.get(al), r.get(ah)): return f"does not lift {what} measurably: {tb} before, {ta} after"
-    if r[al] > r[bh]: return f"lifts {what} from {tb} to {ta}, intervals apart"
-    if r[ah] < r[bl]: return f"lowers {what} from {tb} to {ta}, intervals apart"
+    verdict = change_verdict(r[al] - r[bh], r[ah] - r[bl])  # the intervals apart: the after's lower bound above the before's upper, or below
+    if verdict == "up": return f"lifts {what} from {tb} to {ta}, intervals apart"
+    if verdict == "down": return f"lowers {what} from {tb} to {ta}, intervals apart"
     if tb == ta: return f"does not lift {what}: it is {tb} before and after"
     return f"does not lift {what} measurably: {tb} before, {ta} after, overlapping intervals"
 

@@ -20,7 +20,7 @@ from typing import Callable
 from ..core.ledger import InputError, Ledger
 from .catalog import load_catalog
 from .similarity import TitleSimilarity, default_similarity
-from .tasks import TASK_CATEGORIES, load_tasks
+from .tasks import TASK_CATEGORIES, load_tasks, task_files
 
 # %% ../../nbs/01_shopping_sandbox/06_scoring.ipynb #1a428a21
 @dataclass(frozen=True)
@@ -393,12 +393,6 @@ def score_suite(tasks: list[dict], answers: dict, catalog=None, scorer="producti
     report["tasks"] = rows
     return report
 
-
-def _task_files(path) -> list[Path]:
-    p = Path(path)
-    if p.is_dir(): return sorted(x for x in p.iterdir() if x.suffix in (".jsonl", ".json"))
-    return [p]
-
 # %% ../../nbs/01_shopping_sandbox/06_scoring.ipynb #5c11b185
 def _json_type(v) -> str:
     return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}.get(type(v), "number")
@@ -433,7 +427,7 @@ def score_report(tasks_path, catalog_path=None, answers_path=None, scorer="produ
     fails as "not in the catalog" (without one, gold ids resolve from the tasks' own facts). Bad input is an
     `InputError`; skipped catalog lines and unmatched answers are counted in the report and under `warnings`."""
     paths = tasks_path if isinstance(tasks_path, (list, tuple)) else [tasks_path]
-    tasks = [t for p in paths for f in _task_files(p) for t in load_tasks(f)]
+    tasks = [t for p in paths for f in task_files(p) for t in load_tasks(f)]
     if not tasks: raise InputError(", ".join(map(str, paths)), "no tasks")
     warnings, catalog, info = [], None, None
     if catalog_path is not None:

@@ -5,8 +5,8 @@
 # %% auto #0
 __all__ = ['TASK_CATEGORIES', 'TASK_SERVICES', 'PRICE_MODES', 'TASK_KEYS', 'PRICE_SCHEMA', 'GOLD_SCHEMA', 'VOUCHER_SCHEMA',
            'TASK_SCHEMA', 'TaskSettings', 'TaskFormatError', 'task_problems', 'validate_task', 'task_id',
-           'category_from_filename', 'normalise_task', 'load_tasks', 'shoppingbench_test_files', 'save_tasks',
-           'to_upstream']
+           'category_from_filename', 'normalise_task', 'task_files', 'load_tasks', 'shoppingbench_test_files',
+           'save_tasks', 'to_upstream']
 
 # %% ../../nbs/01_shopping_sandbox/03_tasks.ipynb #5f435d45
 import hashlib
@@ -186,6 +186,12 @@ def normalise_task(rec, category: str | None = None) -> dict:
     if probs: raise ValueError(probs[0] + (f" (and {len(probs) - 1} more)" if len(probs) > 1 else ""))
     return task
 
+# %% ../../nbs/01_shopping_sandbox/03_tasks.ipynb #2f9ed1b6
+def task_files(path) -> list[Path]:
+    "The task files `path` stands for: the file itself, or a folder's `.jsonl`/`.json` files by name."
+    p = Path(path)
+    return sorted(x for x in p.iterdir() if x.suffix in (".jsonl", ".json")) if p.is_dir() else [p]
+
 # %% ../../nbs/01_shopping_sandbox/03_tasks.ipynb #8f3f6164
 def _records(path: Path):
     "Yield (where, number, record-or-exception) from a JSON array/suite object or a JSON-lines file."
@@ -218,7 +224,7 @@ def load_tasks(path, category: str | None = None, ledger: Ledger | None = None) 
     path = Path(path)
     if category is not None and category not in TASK_CATEGORIES: raise ValueError(f"load_tasks: unknown category {category!r}")
     if path.is_dir():  # ShoppingBench ships one file per intent (synthesize_product_test.jsonl, ...): the folder's files in name order
-        files = sorted(p for p in path.iterdir() if p.suffix in (".jsonl", ".json"))
+        files = task_files(path)
         if not files: raise InputError(path, "a folder without task files (*.jsonl, *.json)")
         return _unique_ids([t for f in files for t in load_tasks(f, category, ledger)])
     hint = category or category_from_filename(path)
