@@ -73,7 +73,7 @@ def clean_notebook(nb, roots=()):
     for c in nb.cells:
         if injected(c): continue
         if c.cell_type == "raw" and c.source.lstrip().startswith("#|"):  # a code cell the run skipped (driver: `_as_raw`)
-            c = nbformat.v4.new_code_cell(c.source)
+            c = nbformat.v4.new_code_cell(c.source, **({"id": c["id"]} if "id" in c else {}))  # its own id: the same page on every build
         if c.cell_type == "code":
             if re.search(r"^#\|\s*hide\b", c.source, re.M): continue
             src = strip_directives(c.source)
@@ -132,7 +132,7 @@ def _page_header(nb, module: str | None, source: str):
     "A line under the notebook's title: its module's API page and where the page's outputs come from."
     bits = [f"Module [`shopdistill.{module}`](../api/{module}.md)"] if module else []
     bits.append(source)
-    cell = nbformat.v4.new_markdown_cell("*" + " · ".join(bits) + "*")
+    cell = nbformat.v4.new_markdown_cell("*" + " · ".join(bits) + "*", id="page-header")  # a fixed id: the same page on every build
     at = next((i + 1 for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.lstrip().startswith("# ")), 0)
     nb.cells.insert(at, cell)
 
