@@ -114,6 +114,12 @@ def test_run_artifacts_are_named_only_by_the_run_layout():
     assert not found, found
 
 
+def test_every_layout_names_its_files():
+    "A Layout subclass without its own `@dataclass(frozen=True)` would name nothing (its fields stay class attributes), and the guard above would not see its names."
+    assert len(LAYOUTS) >= 10
+    assert not [c.__name__ for c in LAYOUTS if not c.names()]
+
+
 def test_the_guard_sees_a_spelled_path():
     "The check above can fail: a hand-written join of a run artifact's name is what it looks for."
     assert joined_paths('bank = cfg.run.path / "arena" / "bank.jsonl"', run_names()) == ['/ "arena"', '/ "bank.jsonl"']
