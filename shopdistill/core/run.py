@@ -210,6 +210,8 @@ class GeneratedFolder(Layout):
     macros: Path = _name("macros.tex", "a `\\newcommand` for every number the prose quotes")
     numbers: Path = _name("results.json", "the run's named numbers the paper quotes")
     provenance: Path = _name("provenance.json", "where each quoted number comes from")
+    record: Path = _name("reproduction.json", "the record of the reproduction that wrote these files and figures/: commit, notebook keys, "
+                         "effective settings, versions, machine, wall times, every file's sha256 (a publishing profile only)")
 
     def table(self, name: str) -> Path:
         "The booktabs table `name` (`main_results`, `funnel`, ...)."
@@ -233,6 +235,9 @@ class Run(Layout):
     html: Path = _name("html", "the executed notebooks rendered for readers without Jupyter")
     stage1_only: Path = _name("stage1_only", "examples/smollm2_stage1.py: stage 1 alone on a real base, a train folder of its own (base, stage1_sft, stages.json), outside `train/` so that chapter 05 never empties it")
     lock: Path = _name(".lock", "held while a driver writes this run")
+    settings: Path = _name("settings.yaml", "the effective settings of the run: every key, defaults included, whichever files the profile extends")
+    figures: Path = _name("figures", "a profile that does not publish (ci): its figures, where a publishing one writes the repository's figures/")
+    generated: Path = _name("generated", "a profile that does not publish: its tables and macros, where a publishing one writes paper/generated/")
 
     @classmethod
     def of(cls, profile="smoke", root=None) -> "Run":

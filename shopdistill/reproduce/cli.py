@@ -11,6 +11,7 @@ import importlib
 import json
 import shutil
 import sys
+from pathlib import Path
 from contextlib import nullcontext
 from ..core.commands import COMMANDS, UsageError, _existing, command
 from .settings import load_config
@@ -18,7 +19,8 @@ from .settings import load_config
 VERB_MODULES = ("shopdistill.arena.cli", "shopdistill.corpus.cli", "shopdistill.training.cli")  # chapters' modules that register verbs with `command`
 from ..core.ledger import InputError
 from ..core.settings import ConfigError
-from .driver import ReproduceError, _run_lock, notebook_matches, profile_checks, reproduce, require_ready
+from .driver import ReproduceError, _run_lock, check_published, notebook_matches, profile_checks, reproduce, require_ready
+from ..core.run import GeneratedFolder, generated_dir
 from ..sandbox.scoring import score_report
 from ..sandbox.server import serve
 from ..sandbox.tasks import TaskFormatError
@@ -133,6 +135,29 @@ def _doctor(args) -> int:
     rows = profile_checks(args.settings)
     print(preflight_report(rows, args.settings.profile))
     return 1 if any(r["ok"] is False for r in rows) else 0
+
+# %% ../../nbs/99_reproduce/02_cli.ipynb #29b89690
+def _check_results_arguments(p):
+    p.add_argument("--generated", default=None, help="the generated LaTeX folder holding the record (default: paper/generated)")
+    p.add_argument("--figures", default=None, help="the figures folder (default: figures)")
+
+
+@command("check-results", "are the committed figures/ and paper/generated/ what a reproduction of this commit would leave? (exit 1: why, and how to regenerate)",
+         _check_results_arguments)
+def _check_results(args) -> int:
+    problems = check_published(generated=args.generated, figures=args.figures)
+    record = GeneratedFolder(Path(args.generated) if args.generated else generated_dir()).record
+    rec = json.loads(record.read_text()) if record.is_file() else {}
+    if problems:
+        for line in problems: print(f"  {line}")
+        print(f"check-results: the published results are NOT current ({len(problems)} problem(s) above); regenerate them: "
+              f"{rec.get('regenerate') or 'make reproduce PROFILE=smoke, then commit figures/ and paper/generated/'}")
+        return 1
+    m = rec["machine"]
+    print(f"check-results: current: a reproduction of profile {rec['profile']} at this commit would execute none of its {len(rec['notebooks'])} notebooks, "
+          f"and all {len(rec['files'])} files are the bytes it wrote ({record.name}: commit {rec['git']['commit'][:12]}, "
+          f"{rec['seconds']['total'] / 60:.0f} min on {m['cores']} cores of {m['cpu']})")
+    return 0
 
 # %% ../../nbs/99_reproduce/02_cli.ipynb #17103139
 def build_parser() -> argparse.ArgumentParser:

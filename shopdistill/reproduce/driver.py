@@ -4,21 +4,26 @@
 
 # %% auto #0
 __all__ = ['CHAPTER_PATTERN', 'NOTEBOOK_PATTERN', 'KEY_PACKAGES', 'DEFAULT_SKIP_FLAGS', 'RUN_FLAGS', 'KERNEL_WARNINGS',
-           'MODEL_CHAPTERS', 'ReproduceError', 'find_chapters', 'notebook_name', 'notebook_matches', 'select_chapters',
-           'normalise_flags', 'skip_flags', 'prepare_notebook', 'notebook_digest', 'package_versions', 'chapter_inputs',
-           'read_manifest', 'write_manifest', 'plan', 'ChapterFailed', 'failure_from_output', 'git_state',
-           'tidy_outputs', 'strip_directives', 'injected', 'render_html', 'execute', 'profile_checks', 'require_ready',
-           'reproduce']
+           'MODEL_CHAPTERS', 'REGENERATE', 'ReproduceError', 'find_chapters', 'notebook_name', 'notebook_matches',
+           'select_chapters', 'normalise_flags', 'skip_flags', 'prepare_notebook', 'notebook_digest',
+           'package_versions', 'chapter_inputs', 'read_manifest', 'write_manifest', 'plan', 'ChapterFailed',
+           'failure_from_output', 'git_state', 'tidy_outputs', 'strip_directives', 'injected', 'render_html', 'execute',
+           'profile_checks', 'require_ready', 'write_settings', 'published_folders', 'reproduce', 'write_record',
+           'check_published']
 
 # %% ../../nbs/99_reproduce/01_driver.ipynb #e82a2c4f
-import hashlib, json, os, platform, re, subprocess, threading, time
+import hashlib, json, os, platform, re, signal, subprocess, threading, time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import nbformat
 
 from ..core.progress import PROGRESS_ENV
-from ..core.run import CHAPTER_KEY_ENV, Run, _is_path, repo_root, runs_root as default_runs_root
+import yaml
+
+from ..core.files import write_json
+from ..core.provenance import changed_files, folder_hashes, machine
+from ..core.run import CHAPTER_KEY_ENV, GeneratedFolder, Run, _is_path, figures_dir, generated_dir, repo_root, runs_root as default_runs_root
 from .settings import load_config, profile_path
 from ..training.cli import gpu_needed, preflight, preflight_report
 
@@ -137,10 +142,11 @@ def package_versions() -> dict:
     return out
 
 
-def chapter_inputs(chapters, config_file, flags=(), skip=(), version=None) -> dict:
-    "For each notebook (by name): the parts of its cache key and the `key` itself, chained through the notebooks before it."
+def chapter_inputs(chapters, config_digest: str, flags=(), skip=(), version=None) -> dict:
+    """For each notebook (by name): the parts of its cache key and the `key` itself, chained through the notebooks before it.
+    `config_digest` is the profile's `Settings.digest()`: its effective settings, not the bytes of its files."""
     if version is None: version = package_versions()["shopdistill"]
-    cfg = hashlib.sha256(Path(config_file).read_bytes()).hexdigest()
+    cfg = config_digest
     out, before = {}, ""
     for c in chapters:
         parts = {"cells": notebook_digest(c), "config": cfg, "flags": list(normalise_flags(flags)),
@@ -150,13 +156,14 @@ def chapter_inputs(chapters, config_file, flags=(), skip=(), version=None) -> di
     return out
 
 
-_WHY = {"cells": "its cells changed", "config": "the profile file changed", "flags": "the flags changed",
+_WHY = {"cells": "its cells changed", "config": "the profile's settings changed", "flags": "the flags changed",
         "skip_flags": "tst_flags changed", "version": "the package version changed", "before": "an earlier notebook changed"}
 
 def _decide(stem, current, previous, output: Path, force: bool) -> tuple[str, str]:
     "('run' or 'cached', why) for one chapter, given its current key parts and its previous manifest record."
     if force: return "run", "forced"
     if not previous: return "run", "never run"
+    if previous.get("status") == "running": return "run", "its last run never finished (killed or interrupted)"
     if previous.get("status") not in ("executed", "cached"): return "run", f"last run {previous.get('status', 'unknown')}"
     if previous.get("key") != current["key"]:
         old = previous.get("inputs", {})
@@ -187,20 +194,21 @@ def _shown(path: Path, root: Path) -> str:
 
 
 def _folders(profile, nbs_dir, runs_root, configs_dir):
-    "(nbs folder, settings file, `Run`) of a reproduction, honouring the overrides."
+    "(nbs folder, settings file, `Settings`, `Run`) of a reproduction, honouring the overrides."
     nbs = Path(nbs_dir).absolute() if nbs_dir is not None else repo_root() / "nbs"
     if not nbs.is_dir(): raise ReproduceError(f"notebook folder {nbs} does not exist")
     cfg_file = profile_path(profile, configs_dir)
+    settings = load_config(cfg_file, configs_dir)
     runs = Path(runs_root).absolute() if runs_root is not None else default_runs_root()
-    return nbs, cfg_file, Run.of(load_config(cfg_file).profile, runs)
+    return nbs, cfg_file, settings, Run.of(settings.profile, runs)
 
 
 def plan(profile="smoke", only=None, flags=(), force=False, *, nbs_dir=None, runs_root=None, configs_dir=None) -> list[dict]:
     "What `reproduce` would do: for each selected notebook, its name, key, action (`run`/`cached`) and why. Runs nothing."
-    nbs, cfg_file, run = _folders(profile, nbs_dir, runs_root, configs_dir)
+    nbs, cfg_file, settings, run = _folders(profile, nbs_dir, runs_root, configs_dir)
     chapters = find_chapters(nbs)
     if not chapters: raise ReproduceError(f"no chapter notebooks (NN_*/MM_*.ipynb, NN in 00..89) in {nbs}")
-    inputs = chapter_inputs(chapters, cfg_file, normalise_flags([*normalise_flags(flags), *RUN_FLAGS]), skip_flags(nbs))
+    inputs = chapter_inputs(chapters, settings.digest(), normalise_flags([*normalise_flags(flags), *RUN_FLAGS]), skip_flags(nbs))
     previous = read_manifest(run).get("notebooks", {})
     out = []
     for c in select_chapters(chapters, only):
@@ -328,7 +336,7 @@ def _environ(**values):
             if v is None: os.environ.pop(k, None)
             else: os.environ[k] = v
 
-
+# %% ../../nbs/99_reproduce/01_driver.ipynb #6bd0f176
 KERNEL_WARNINGS = "ignore:IProgress not found"  # PYTHONWARNINGS syntax: a message prefix to silence in the chapters' kernels
 
 
@@ -337,12 +345,30 @@ def _takes_parameters(notebook) -> bool:
     return any("parameters" in c.get("metadata", {}).get("tags", []) for c in nbformat.read(notebook, as_version=4).cells)
 
 
-def execute(prepared, output, profile_param, cwd, timeout=None):
-    "Run the prepared notebook with papermill in a `python3` kernel, in `cwd`, injecting the profile where it takes one."
+def _kernel_manager():
+    "jupyter_client's kernel manager, sending the kernel process's own stderr to a file (`kernel_log`) instead of the terminal."
+    from jupyter_client import AsyncKernelManager
+    from traitlets import Unicode
+
+    class LoggedKernelManager(AsyncKernelManager):
+        # what a kernel writes there is its own logging (a dying kernel's socket errors on Ctrl-C), not a cell's output
+        kernel_log = Unicode("", help="file the kernel's stderr goes to ('' : inherited)").tag(config=True)
+
+        async def _async_launch_kernel(self, kernel_cmd, **kw):
+            if self.kernel_log:
+                with open(self.kernel_log, "ab") as f: return await super()._async_launch_kernel(kernel_cmd, **{**kw, "stderr": f})
+            return await super()._async_launch_kernel(kernel_cmd, **kw)
+    return LoggedKernelManager
+
+
+def execute(prepared, output, profile_param, cwd, timeout=None, kernel_log=None):
+    """Run the prepared notebook with papermill in a `python3` kernel, in `cwd`, injecting the profile where it takes one;
+    the kernel process's stderr goes to `kernel_log` when given."""
     import papermill as pm
     from traitlets.config import Config
-    kernel = Config()
+    kernel, manager = Config(), _kernel_manager()
     if os.name == "posix": kernel.KernelManager.transport = "ipc"  # local sockets: no TCP ports, no plain-text warning
+    if kernel_log: kernel[manager.__name__].kernel_log = str(kernel_log)
     # a module's notebook that never reads the profile has no `parameters` cell: nothing to inject, nothing to warn about
     params = {"profile": profile_param} if _takes_parameters(prepared) else {}
     # tqdm.auto, imported by the Hugging Face libraries, warns in a kernel without ipywidgets; its plain bar is what we want
@@ -350,7 +376,8 @@ def execute(prepared, output, profile_param, cwd, timeout=None):
     try:
         with _environ(PYTHONWARNINGS=quiet):
             pm.execute_notebook(str(prepared), str(output), parameters=params, kernel_name="python3",
-                                cwd=str(cwd), progress_bar=False, log_output=False, execution_timeout=timeout, config=kernel)
+                                cwd=str(cwd), progress_bar=False, log_output=False, execution_timeout=timeout, config=kernel,
+                                kernel_manager_class=manager)
     finally:
         if Path(output).exists(): tidy_outputs(output)
 
@@ -433,16 +460,25 @@ class _Following:
 
 # %% ../../nbs/99_reproduce/01_driver.ipynb #c8c37b8e
 def _manifest_head(settings, cfg_file, root, flags, skip, versions, inputs) -> dict:
-    "The parts of the manifest that describe the whole run: profile, settings file, flags, commit, versions, seeds."
-    return {"profile": settings.profile, "config": {"file": _shown(cfg_file, root), "sha256": next(iter(inputs.values()))["inputs"]["config"]},
+    "The parts of the manifest that describe the whole run: profile, settings files, flags, commit, versions, seeds."
+    return {"profile": settings.profile, "config": {"files": [_shown(f, root) for f in settings.files], "sha256": settings.digest()},
             "flags": list(flags), "skip_flags": skip, "git": git_state(root), "python": platform.python_version(),
             "packages": versions, "seeds": settings.seeds()}
+
+
+def write_settings(run: Run, settings, root) -> Path:
+    "The run's `settings.yaml`: every effective setting, defaults included, under a line naming the files they came from."
+    files = " extending ".join(_shown(f, root) for f in settings.files)
+    text = f"# the effective settings of profile {settings.profile} ({files}); digest {settings.digest()}\n"
+    run.settings.write_text(text + yaml.safe_dump(settings.effective(), sort_keys=False, allow_unicode=True, width=120))
+    return run.settings
 
 
 def _run_chapter(c: Path, run: Run, flags, skip, profile_param, env: dict, html: bool, timeout, say) -> dict:
     "Prepare and execute one notebook into `run`; its manifest record, or ChapterFailed (the record is on the exception)."
     name = notebook_name(c)
     prepared, out, t0 = run.prepared / f"{name}.ipynb", run.executed(name), time.time()
+    partial = run.prepared / f"{name}.executing.ipynb"  # papermill writes here as it goes; the executed copy appears whole
     n_raw = prepare_notebook(c, prepared, flags, skip)
     out.parent.mkdir(parents=True, exist_ok=True)
     prog = run.logs / f"{name}.progress"  # the notebook's progress bars (core.progress), followed on the terminal
@@ -450,8 +486,9 @@ def _run_chapter(c: Path, run: Run, flags, skip, profile_param, env: dict, html:
     prog.write_text("")
     try:
         with _environ(**env, **{PROGRESS_ENV: prog}), say.running(f"{name} running", prog):
-            execute(prepared, out, profile_param, c.parent, timeout)
+            execute(prepared, partial, profile_param, c.parent, timeout, kernel_log=run.logs / f"{name}.kernel.log")
     except Exception as e:
+        if partial.exists(): os.replace(partial, out)  # the failing copy, shown beside the failure
         err = failure_from_output(out, name, e)
         err.record = {"status": "failed", "seconds": round(time.time() - t0, 2), "output": f"{name}.ipynb",
                       "error": str(err).splitlines()[0]}
@@ -459,6 +496,7 @@ def _run_chapter(c: Path, run: Run, flags, skip, profile_param, env: dict, html:
             try: render_html(out, run.html / f"{name}.html")
             except Exception: pass  # the failure is the news, not the rendering
         raise err from e
+    os.replace(partial, out)
     seconds = round(time.time() - t0, 2)
     if html: render_html(out, run.html / f"{name}.html")
     return {"status": "executed", "seconds": seconds, "output": f"{name}.ipynb", "html": f"html/{name}.html" if html else None,
@@ -483,51 +521,121 @@ def _stale_before(chapters, selected, inputs, previous, run, say, profile):
             say.say(f"[yellow]warning:[/] {n} is not up to date for profile {profile}; later notebooks may read stale outputs")
 
 
+def published_folders(settings, run: Run) -> tuple[Path, GeneratedFolder]:
+    "(figures folder, generated LaTeX folder) a run of `settings` writes: the repository's when the profile publishes, else its own in the run."
+    if settings.publish: return figures_dir(), GeneratedFolder(generated_dir())
+    return run.figures, GeneratedFolder(run.generated)
+
+
+def _run_one(c, i, selected, chapters, run, manifest, previous, inputs, ctx) -> None:
+    "Run (or reuse) notebook `c` of the selection, keeping the manifest true at every moment: `running` before, its result after."
+    n, say = notebook_name(c), ctx["say"]
+    now, head = inputs[n], f"[{i}/{len(selected)}] {n}"
+    action, why = _decide(n, now, previous.get(n), run.executed(n), ctx["force"])
+    if action == "cached":
+        manifest["notebooks"][n] = {**previous[n], "status": "cached"}
+        if ctx["html"] and not (run.html / f"{n}.html").exists(): render_html(run.executed(n), run.html / f"{n}.html")
+        say.say(f"{head}: cached ({why})")
+        return
+    say.say(f"{head}: running ({why})")
+    now = _as_run(now, chapters, c, manifest["notebooks"])
+    # stale first: a run killed from here on leaves `running`, and the next run executes this notebook again
+    manifest["notebooks"][n] = {**now, "status": "running"}
+    write_manifest(run, manifest)
+    # the kernel learns its notebook's key, so a stage folder left by a killed run is reused only for the same inputs
+    try: manifest["notebooks"][n] = {**now, **_run_chapter(c, run, ctx["flags"], ctx["skip"], ctx["profile_param"],
+                                                          {**ctx["env"], CHAPTER_KEY_ENV: now["key"]}, ctx["html"], ctx["timeout"], say)}
+    except ChapterFailed as e:
+        manifest["notebooks"][n] = {**now, **e.record}
+        write_manifest(run, manifest)
+        say.say(f"[red]{head}: failed[/]")
+        raise
+    write_manifest(run, manifest)  # done only now, with its outputs complete
+    say.say(f"{head}: executed in {manifest['notebooks'][n]['seconds']:.1f} s")
+
+# %% ../../nbs/99_reproduce/01_driver.ipynb #e20adfc1
 def reproduce(profile="smoke", only=None, flags=(), force=False, *, nbs_dir=None, runs_root=None, configs_dir=None,
               html=True, progress=True, timeout=None, preflight=True) -> dict:
     """Run the chapters' notebooks in order with papermill into `runs/<profile>/`, reusing unchanged ones; returns the manifest.
     When the selection holds a chapter that trains or evaluates a model (`MODEL_CHAPTERS`), a profile that needs a GPU is
-    checked first (`require_ready`, unless `preflight` is off)."""
+    checked first (`require_ready`, unless `preflight` is off). A profile that publishes gets its record written
+    (`write_record`) once every notebook is up to date."""
     flags = normalise_flags([*normalise_flags(flags), *RUN_FLAGS])
-    nbs, cfg_file, run = _folders(profile, nbs_dir, runs_root, configs_dir)
-    settings = load_config(cfg_file)
+    nbs, cfg_file, settings, run = _folders(profile, nbs_dir, runs_root, configs_dir)
     chapters = find_chapters(nbs)
     if not chapters: raise ReproduceError(f"no chapter notebooks (NN_*/MM_*.ipynb, NN in 00..89) in {nbs}")
     selected = select_chapters(chapters, only)
     if preflight and any(notebook_name(c)[:2] in MODEL_CHAPTERS for c in selected): require_ready(settings)
     skip, versions = skip_flags(nbs), package_versions()
-    inputs = chapter_inputs(chapters, cfg_file, flags, skip, versions["shopdistill"])
-    say = _Progress(progress)
-    profile_param = str(cfg_file) if _is_path(profile) else settings.profile
-    env = {"SHOPDISTILL_HOME": nbs.parent, "SHOPDISTILL_RUNS": run.path.parent,
-           "SHOPDISTILL_CONFIGS": Path(configs_dir).absolute() if configs_dir is not None else None}
+    inputs = chapter_inputs(chapters, settings.digest(), flags, skip, versions["shopdistill"])
+    with _environ(SHOPDISTILL_HOME=nbs.parent): figures, generated = published_folders(settings, run)  # the project's, under overrides too
+    env = {"SHOPDISTILL_HOME": nbs.parent, "SHOPDISTILL_RUNS": run.path.parent, "SHOPDISTILL_FIGURES": figures,
+           "SHOPDISTILL_GENERATED": generated.path, "SHOPDISTILL_CONFIGS": Path(configs_dir).absolute() if configs_dir is not None else None}
+    ctx = dict(say=_Progress(progress), force=force, html=html, flags=flags, skip=skip, env=env, timeout=timeout,
+               profile_param=str(cfg_file) if _is_path(profile) else settings.profile)
     run.make()
     with _run_lock(run):
+        write_settings(run, settings, nbs.parent)
         previous = read_manifest(run).get("notebooks", {})
         manifest = _manifest_head(settings, cfg_file, nbs.parent, flags, skip, versions, inputs)
         manifest["notebooks"] = {k: v for k, v in previous.items() if k in inputs}  # notebooks not run now keep their record
-        _stale_before(chapters, selected, inputs, previous, run, say, settings.profile)
-        for i, c in enumerate(selected, 1):
-            n = notebook_name(c)
-            now, head = inputs[n], f"[{i}/{len(selected)}] {n}"
-            action, why = _decide(n, now, previous.get(n), run.executed(n), force)
-            if action == "cached":
-                manifest["notebooks"][n] = {**previous[n], "status": "cached"}
-                if html and not (run.html / f"{n}.html").exists(): render_html(run.executed(n), run.html / f"{n}.html")
-                say.say(f"{head}: cached ({why})")
-                continue
-            say.say(f"{head}: running ({why})")
-            now = _as_run(now, chapters, c, manifest["notebooks"])
-            # the kernel learns its notebook's key, so a stage folder left by a killed run is reused only for the same inputs
-            try: manifest["notebooks"][n] = {**now, **_run_chapter(c, run, flags, skip, profile_param, {**env, CHAPTER_KEY_ENV: now["key"]},
-                                                                  html, timeout, say)}
-            except ChapterFailed as e:
-                manifest["notebooks"][n] = {**now, **e.record}
-                write_manifest(run, manifest)
-                say.say(f"[red]{head}: failed[/]")
-                raise
-            write_manifest(run, manifest)  # after every notebook, so a killed run resumes here
-            say.say(f"{head}: executed in {manifest['notebooks'][n]['seconds']:.1f} s")
+        _stale_before(chapters, selected, inputs, previous, run, ctx["say"], settings.profile)
+        for i, c in enumerate(selected, 1): _run_one(c, i, selected, chapters, run, manifest, previous, inputs, ctx)
         write_manifest(run, manifest)
-    say.table(manifest, [notebook_name(c) for c in selected])
+        if settings.publish and _up_to_date(manifest, inputs):
+            write_record(generated, manifest, settings, figures, nbs.parent)
+            ctx["say"].say(f"record of this reproduction: {_shown(generated.record, nbs.parent)}")
+    ctx["say"].table(manifest, [notebook_name(c) for c in selected])
     return manifest
+
+# %% ../../nbs/99_reproduce/01_driver.ipynb #84d9b226
+REGENERATE = "make reproduce PROFILE={profile}, then commit figures/ and paper/generated/"  # what brings stale results up to date
+
+
+def _up_to_date(manifest: dict, inputs: dict) -> bool:
+    "Is every notebook of the project executed or reused with the inputs it has now?"
+    got = manifest.get("notebooks", {})
+    return all(got.get(n, {}).get("status") in ("executed", "cached") and got[n].get("key") == v["key"] for n, v in inputs.items())
+
+
+def _chapter_seconds(notebooks: dict) -> dict:
+    "Seconds each chapter's notebooks took when they were last executed, by chapter folder."
+    out = {}
+    for n, e in notebooks.items(): out[n.split("/")[0]] = round(out.get(n.split("/")[0], 0.0) + e.get("seconds", 0.0), 1)
+    return out
+
+
+def write_record(generated: GeneratedFolder, manifest: dict, settings, figures: Path, root: Path) -> Path:
+    "Write `generated.record`: the reproduction behind the published files (see above), for `check_published`."
+    nbs = {n: {"key": e["key"], "inputs": e["inputs"], "seconds": e.get("seconds"), "status": e["status"]} for n, e in manifest["notebooks"].items()}
+    hashes = folder_hashes({"figures": figures, "paper/generated": generated.path}, skip=[generated.record])
+    record = {"profile": settings.profile, "regenerate": REGENERATE.format(profile=settings.profile), "git": manifest["git"],
+              "settings": {"files": manifest["config"]["files"], "digest": settings.digest(), "effective": settings.effective()},
+              "flags": manifest["flags"], "skip_flags": manifest["skip_flags"], "python": manifest["python"], "packages": manifest["packages"],
+              "machine": machine(), "seconds": {"total": round(sum(e["seconds"] or 0 for e in nbs.values()), 1), **_chapter_seconds(nbs)},
+              "notebooks": nbs, "files": hashes}
+    return write_json(generated.record, record)
+
+# %% ../../nbs/99_reproduce/01_driver.ipynb #382579f3
+def _why_stale(recorded: dict, current: dict) -> str:
+    "Why a notebook's recorded key parts differ from its current ones (the earlier notebooks' change only when nothing else did)."
+    changed = [k for k in _WHY if recorded.get(k) != current.get(k)]
+    if len(changed) > 1 and "before" in changed: changed.remove("before")
+    return "; ".join(_WHY[k] for k in changed) or "its key changed"
+
+
+def check_published(*, generated=None, figures=None, nbs_dir=None, configs_dir=None) -> list[str]:
+    """Every reason the published `figures/` and `paper/generated/` are not what a reproduction of this commit would leave: a notebook
+    it would execute again (and why), a file that differs from its record. Empty: they are current."""
+    generated = GeneratedFolder(Path(generated) if generated is not None else generated_dir())
+    figures = Path(figures) if figures is not None else figures_dir()
+    if not generated.record.is_file(): return [f"{generated.record} is missing: no reproduction recorded these results"]
+    rec = json.loads(generated.record.read_text())
+    nbs, cfg_file, settings, _ = _folders(rec["profile"], nbs_dir, None, configs_dir)
+    chapters = find_chapters(nbs)
+    inputs = chapter_inputs(chapters, settings.digest(), rec["flags"], skip_flags(nbs))
+    out = [f"{n}: would run again: {_why_stale(rec['notebooks'].get(n, {}).get('inputs', {}), v['inputs'])}"
+           for n, v in inputs.items() if rec["notebooks"].get(n, {}).get("key") != v["key"]]
+    out += [f"{n}: recorded, but no such notebook now" for n in rec["notebooks"] if n not in inputs]
+    current = folder_hashes({"figures": figures, "paper/generated": generated.path}, skip=[generated.record])
+    return out + changed_files(rec["files"], current)

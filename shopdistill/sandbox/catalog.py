@@ -23,6 +23,7 @@ from collections import namedtuple
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
+from ..core.files import written_whole
 from ..core.ledger import InputError, Ledger
 
 # %% ../../nbs/01_shopping_sandbox/00_catalog.ipynb #8af73821
@@ -326,13 +327,15 @@ def iter_catalog_file(path, ledger: Ledger | None = None) -> Iterator[dict]:
 def write_catalog(products: Iterable[dict], path) -> int:
     "Write products as a ShoppingBench documents.jsonl(.gz) (`id`, `contents`, `product`); returns the count."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    # mtime=0 keeps the gzip header, and so the file, byte-identical across runs
-    raw = gzip.GzipFile(path, "wb", compresslevel=5, mtime=0) if path.suffix == ".gz" else open(path, "wb")
     n = 0
-    with raw, io.TextIOWrapper(raw, encoding="utf-8") as f:
-        for p in products:
-            f.write(json.dumps({"id": p["product_id"], "contents": indexed_text(p), "product": p}, ensure_ascii=False) + "\n")
-            n += 1
+    # a killed run leaves the old catalog or none, never half of one
+    with written_whole(path) as tmp, open(tmp, "wb") as out:
+        # the final name and mtime=0 in the gzip header keep the file byte-identical across runs
+        raw = gzip.GzipFile(filename=str(path), fileobj=out, mode="wb", compresslevel=5, mtime=0) if path.suffix == ".gz" else out
+        with raw, io.TextIOWrapper(raw, encoding="utf-8") as f:
+            for p in products:
+                f.write(json.dumps({"id": p["product_id"], "contents": indexed_text(p), "product": p}, ensure_ascii=False) + "\n")
+                n += 1
     return n
 
 # %% ../../nbs/01_shopping_sandbox/00_catalog.ipynb #6ccfebfe

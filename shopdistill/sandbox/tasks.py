@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
+from ..core.files import written_whole
 from ..core.ledger import InputError, Ledger
 
 # %% ../../nbs/01_shopping_sandbox/03_tasks.ipynb #1003921e
@@ -265,7 +266,7 @@ def save_tasks(tasks: Iterable[dict], path) -> int:
     "Write tasks as JSON lines in the task schema (`load_tasks` reads them back unchanged); returns the count."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
     n = 0
-    with open(path, "w", encoding="utf-8") as f:
+    with written_whole(path) as tmp, open(tmp, "w", encoding="utf-8") as f:  # whole or not at all
         for t in tasks:
             f.write(json.dumps({k: t[k] for k in TASK_KEYS}, ensure_ascii=False) + "\n"); n += 1
     return n
