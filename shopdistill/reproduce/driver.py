@@ -629,7 +629,7 @@ def check_published(*, generated=None, figures=None, nbs_dir=None, configs_dir=N
     it would execute again (and why), a file that differs from its record. Empty: they are current."""
     generated = GeneratedFolder(Path(generated) if generated is not None else generated_dir())
     figures = Path(figures) if figures is not None else figures_dir()
-    if not generated.record.is_file(): return [f"{generated.record} is missing: no reproduction recorded these results"]
+    if not generated.record.is_file(): return [f"{_shown(generated.record, repo_root())} is missing: no reproduction recorded these results"]
     rec = json.loads(generated.record.read_text())
     nbs, cfg_file, settings, _ = _folders(rec["profile"], nbs_dir, None, configs_dir)
     chapters = find_chapters(nbs)
