@@ -1253,6 +1253,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                   'shopdistill/reproduce/cli.py'),
                                            'shopdistill.reproduce.cli._doctor_arguments': ( '99_reproduce/cli.html#_doctor_arguments',
                                                                                             'shopdistill/reproduce/cli.py'),
+                                           'shopdistill.reproduce.cli._grouped': ( '99_reproduce/cli.html#_grouped',
+                                                                                   'shopdistill/reproduce/cli.py'),
                                            'shopdistill.reproduce.cli._reproduce': ( '99_reproduce/cli.html#_reproduce',
                                                                                      'shopdistill/reproduce/cli.py'),
                                            'shopdistill.reproduce.cli._reproduce_arguments': ( '99_reproduce/cli.html#_reproduce_arguments',

@@ -137,6 +137,18 @@ def _doctor(args) -> int:
     return 1 if any(r["ok"] is False for r in rows) else 0
 
 # %% ../../nbs/99_reproduce/02_cli.ipynb #29b89690
+def _grouped(lines: list[str]) -> list[str]:
+    "`check_published`'s lines with the notebooks that would run again for one reason said once (a changed setting reruns them all)."
+    out, stale = [], {}
+    for line in lines:
+        name, sep, why = line.partition(": would run again: ")
+        if sep: stale.setdefault(why, []).append(name)
+        else: out.append(line)
+    said = [f"{names[0]}: would run again: {why}" if len(names) == 1 else
+            f"{len(names)} notebooks, {names[0]} to {names[-1]}: would run again: {why}" for why, names in stale.items()]
+    return said + out
+
+
 def _check_results_arguments(p):
     p.add_argument("--generated", default=None, help="the generated LaTeX folder holding the record (default: paper/generated)")
     p.add_argument("--figures", default=None, help="the figures folder (default: figures)")
@@ -149,7 +161,7 @@ def _check_results(args) -> int:
     record = GeneratedFolder(Path(args.generated) if args.generated else generated_dir()).record
     rec = json.loads(record.read_text()) if record.is_file() else {}
     if problems:
-        for line in problems: print(f"  {line}")
+        for line in _grouped(problems): print(f"  {line}")
         print(f"check-results: the published results are NOT current ({len(problems)} problem(s) above); regenerate them: "
               f"{rec.get('regenerate') or 'make reproduce PROFILE=smoke, then commit figures/ and paper/generated/'}")
         return 1
