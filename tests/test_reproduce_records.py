@@ -44,8 +44,10 @@ def _start(project: Path, *args) -> subprocess.Popen:
     "`shopdistill reproduce --profile tiny ARGS` on the tiny project, in a child process of its own, as a user's terminal would start it."
     env = {**os.environ, "SHOPDISTILL_HOME": str(project), "SHOPDISTILL_CONFIGS": str(project / "configs"),
            "SHOPDISTILL_RUNS": str(project / "runs"), "TERM": "dumb"}
+    # SIGINT as a terminal's foreground process has it: a shell without job control (CI's) starts background jobs ignoring it
     return subprocess.Popen([sys.executable, "-m", "shopdistill.reproduce.cli", "reproduce", "--profile", "tiny", "--no-html", *args],
-                            cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _interrupt_inside_the_holder(project: Path, sig, *args) -> tuple[int, str, str]:
