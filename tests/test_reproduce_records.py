@@ -190,6 +190,18 @@ def test_a_changed_notebook_makes_published_results_stale(publishing):
         "01_second: would run again: its cells changed", "02_results: would run again: an earlier notebook changed"]
 
 
+def test_a_run_that_executes_nothing_leaves_the_record_of_the_run_that_made_the_files(publishing):
+    _reproduce(publishing, "pub")
+    record = publishing / "paper" / "generated" / "reproduction.json"
+    before, stat = record.read_bytes(), record.stat()
+    m = _reproduce(publishing, "pub")
+    assert set(statuses(m).values()) == {"cached"} and record.read_bytes() == before
+    assert (record.stat().st_ino, record.stat().st_mtime_ns) == (stat.st_ino, stat.st_mtime_ns)  # not even rewritten
+    record.unlink()  # a lost record is written again from the manifest, without executing anything
+    m = _reproduce(publishing, "pub")
+    assert set(statuses(m).values()) == {"cached"} and json.loads(record.read_text())["notebooks"].keys() == json.loads(before)["notebooks"].keys()
+
+
 def test_no_record_is_written_while_a_notebook_is_not_up_to_date(publishing):
     _reproduce(publishing, "pub", only=["00"])
     assert not (publishing / "paper" / "generated" / "reproduction.json").exists()

@@ -582,7 +582,9 @@ def reproduce(profile="smoke", only=None, flags=(), force=False, *, nbs_dir=None
         _stale_before(chapters, selected, inputs, previous, run, ctx["say"], settings.profile)
         for i, c in enumerate(selected, 1): _run_one(c, i, selected, chapters, run, manifest, previous, inputs, ctx)
         write_manifest(run, manifest)
-        if settings.publish and _up_to_date(manifest, inputs):
+        # a run that executed nothing leaves the record of the run that made the files (its commit, its times) as it is
+        ran = any(manifest["notebooks"][notebook_name(c)]["status"] == "executed" for c in selected)
+        if settings.publish and _up_to_date(manifest, inputs) and (ran or not generated.record.exists()):
             write_record(generated, manifest, settings, figures, nbs.parent)
             ctx["say"].say(f"record of this reproduction: {_shown(generated.record, nbs.parent)}")
     ctx["say"].table(manifest, [notebook_name(c) for c in selected])
