@@ -1417,6 +1417,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                                     'shopdistill/reproduce/settings.py'),
                                                 'shopdistill.reproduce.settings._find_seeds': ( '99_reproduce/settings.html#_find_seeds',
                                                                                                 'shopdistill/reproduce/settings.py'),
+                                                'shopdistill.reproduce.settings._is_path_key': ( '99_reproduce/settings.html#_is_path_key',
+                                                                                                 'shopdistill/reproduce/settings.py'),
                                                 'shopdistill.reproduce.settings._parent': ( '99_reproduce/settings.html#_parent',
                                                                                             'shopdistill/reproduce/settings.py'),
                                                 'shopdistill.reproduce.settings._read': ( '99_reproduce/settings.html#_read',

@@ -12,7 +12,7 @@ __all__ = ['CHAPTER_PATTERN', 'NOTEBOOK_PATTERN', 'KEY_PACKAGES', 'DEFAULT_SKIP_
            'check_published']
 
 # %% ../../nbs/99_reproduce/01_driver.ipynb #e82a2c4f
-import hashlib, json, os, platform, re, signal, subprocess, threading, time
+import hashlib, json, os, platform, re, subprocess, threading, time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
@@ -146,10 +146,9 @@ def chapter_inputs(chapters, config_digest: str, flags=(), skip=(), version=None
     """For each notebook (by name): the parts of its cache key and the `key` itself, chained through the notebooks before it.
     `config_digest` is the profile's `Settings.digest()`: its effective settings, not the bytes of its files."""
     if version is None: version = package_versions()["shopdistill"]
-    cfg = config_digest
     out, before = {}, ""
     for c in chapters:
-        parts = {"cells": notebook_digest(c), "config": cfg, "flags": list(normalise_flags(flags)),
+        parts = {"cells": notebook_digest(c), "config": config_digest, "flags": list(normalise_flags(flags)),
                  "skip_flags": sorted(skip), "version": version, "before": before}
         before = _sha(parts)
         out[notebook_name(c)] = {"inputs": parts, "key": before}
@@ -159,17 +158,20 @@ def chapter_inputs(chapters, config_digest: str, flags=(), skip=(), version=None
 _WHY = {"cells": "its cells changed", "config": "the profile's settings changed", "flags": "the flags changed",
         "skip_flags": "tst_flags changed", "version": "the package version changed", "before": "an earlier notebook changed"}
 
+def _why_stale(recorded: dict, current: dict) -> str:
+    "Why a notebook's recorded key parts differ from its current ones (an earlier notebook's change only when nothing else did: it is a consequence)."
+    changed = [k for k in _WHY if recorded.get(k) != current.get(k)]
+    if len(changed) > 1 and "before" in changed: changed.remove("before")
+    return "; ".join(_WHY[k] for k in changed) or "its key changed"
+
+
 def _decide(stem, current, previous, output: Path, force: bool) -> tuple[str, str]:
     "('run' or 'cached', why) for one chapter, given its current key parts and its previous manifest record."
     if force: return "run", "forced"
     if not previous: return "run", "never run"
     if previous.get("status") == "running": return "run", "its last run never finished (killed or interrupted)"
     if previous.get("status") not in ("executed", "cached"): return "run", f"last run {previous.get('status', 'unknown')}"
-    if previous.get("key") != current["key"]:
-        old = previous.get("inputs", {})
-        changed = [k for k in _WHY if old.get(k) != current["inputs"][k]]
-        if len(changed) > 1 and "before" in changed: changed.remove("before")  # a consequence of the others
-        return "run", "; ".join(_WHY[k] for k in changed) or "its key changed"
+    if previous.get("key") != current["key"]: return "run", _why_stale(previous.get("inputs", {}), current["inputs"])
     if not output.exists(): return "run", "executed copy missing"
     return "cached", "unchanged"
 
@@ -612,20 +614,13 @@ def write_record(generated: GeneratedFolder, manifest: dict, settings, figures: 
     nbs = {n: {"key": e["key"], "inputs": e["inputs"], "seconds": e.get("seconds"), "status": e["status"]} for n, e in manifest["notebooks"].items()}
     hashes = folder_hashes({"figures": figures, "paper/generated": generated.path}, skip=[generated.record])
     record = {"profile": settings.profile, "regenerate": REGENERATE.format(profile=settings.profile), "git": manifest["git"],
-              "settings": {"files": manifest["config"]["files"], "digest": settings.digest(), "effective": settings.effective()},
+              "settings": {"files": manifest["config"]["files"], "digest": manifest["config"]["sha256"], "effective": settings.effective()},
               "flags": manifest["flags"], "skip_flags": manifest["skip_flags"], "python": manifest["python"], "packages": manifest["packages"],
               "machine": machine(), "seconds": {"total": round(sum(e["seconds"] or 0 for e in nbs.values()), 1), **_chapter_seconds(nbs)},
               "notebooks": nbs, "files": hashes}
     return write_json(generated.record, record)
 
 # %% ../../nbs/99_reproduce/01_driver.ipynb #382579f3
-def _why_stale(recorded: dict, current: dict) -> str:
-    "Why a notebook's recorded key parts differ from its current ones (the earlier notebooks' change only when nothing else did)."
-    changed = [k for k in _WHY if recorded.get(k) != current.get(k)]
-    if len(changed) > 1 and "before" in changed: changed.remove("before")
-    return "; ".join(_WHY[k] for k in changed) or "its key changed"
-
-
 def check_published(*, generated=None, figures=None, nbs_dir=None, configs_dir=None) -> list[str]:
     """Every reason the published `figures/` and `paper/generated/` are not what a reproduction of this commit would leave: a notebook
     it would execute again (and why), a file that differs from its record. Empty: they are current."""

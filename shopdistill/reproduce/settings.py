@@ -61,9 +61,8 @@ class Settings:
     loop: LoopSettings = field(default_factory=LoopSettings)  # 07
 
     files: tuple = ()  # the files it was read from: its own, then each one it extends
-    data: dict = field(default_factory=dict, repr=False, compare=False)  # the files' mappings merged, as written (paths not resolved)
 
-    NOT_IN_FILE: typing.ClassVar[tuple] = ("profile", "path", "files", "data")
+    NOT_IN_FILE: typing.ClassVar[tuple] = ("profile", "path", "files")
 
     @classmethod
     def sections(cls) -> list[str]:
@@ -97,7 +96,7 @@ def _relative_paths(d: dict) -> dict:
     root, out = repo_root(), {}
     for k, v in d.items():
         if isinstance(v, dict): v = _relative_paths(v)
-        elif (k == "path" or str(k).endswith(("_path", "_dir"))) and isinstance(v, str) and Path(v).is_relative_to(root):
+        elif _is_path_key(k) and isinstance(v, str) and Path(v).is_relative_to(root):
             v = str(Path(v).relative_to(root))
         out[k] = v
     return out
@@ -122,11 +121,16 @@ def profile_path(profile="smoke", configs: str | os.PathLike | None = None) -> P
     return p
 
 
+def _is_path_key(name) -> bool:
+    "Does a settings key hold a file path (`path`, `*_path`, `*_dir`), taken from the repository root when relative?"
+    return name == "path" or str(name).endswith(("_path", "_dir"))
+
+
 def _resolve_paths(section):
     "`section` with its relative `path`/`*_path`/`*_dir` fields made absolute from the repository root (chapters run in `nbs/`)."
     if not is_dataclass(section): return section
     fix = {f.name: str(repo_root() / v) for f in fields(section)
-           if (f.name == "path" or f.name.endswith(("_path", "_dir"))) and isinstance(v := getattr(section, f.name), str)
+           if _is_path_key(f.name) and isinstance(v := getattr(section, f.name), str)
            and not Path(v).expanduser().is_absolute()}
     return replace(section, **fix) if fix else section
 
@@ -206,4 +210,4 @@ def load_config(profile="smoke", configs: str | os.PathLike | None = None) -> Se
     for _, d in reversed(files): data = deep_merge(data, d)
     hints, blame = typing.get_type_hints(Settings), _blame(files)
     values = {k: _resolve_paths(_check(v, hints[k], str(k), blame)) for k, v in data.items()}
-    return Settings(profile=profile_name(p), path=p, files=tuple(q for q, _ in files), data=data, **values)
+    return Settings(profile=profile_name(p), path=p, files=tuple(q for q, _ in files), **values)
