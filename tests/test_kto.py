@@ -35,7 +35,7 @@ def episode(i: int, success: bool, end_with_tool: bool = False) -> dict:
 def test_config_explicit_beta(profile, tmp_path):
     s = load_config(profile).kto
     c = kto_config(s, tmp_path, desirable_weight=1.0, undesirable_weight=0.5, cpu=True)
-    assert s.beta == 0.02 and c.beta == 0.02 and c.loss_type == "kto"
+    assert c.beta == s.beta == {"smoke": 0.1, "full": 0.02}[profile] and c.loss_type == "kto"  # the profile's beta reaches TRL
     assert (c.desirable_weight, c.undesirable_weight) == (1.0, 0.5)
     assert c.train_sampling_strategy == "sequential" and not c.remove_unused_columns
     assert c.per_device_train_batch_size >= 2 and c.use_cpu and c.bf16 == (s.bf16 and cpu_bf16())  # bf16 means what it means in every stage

@@ -105,8 +105,8 @@ def judge_axis_figure(traces, decisions, axes=None):
     return axes
 
 # %% ../../nbs/07_results/04_figures.ipynb #df4e8f6f
-def stages_figure(res: dict, stages: list[str], published: dict | None = None, ax=None):
-    "Held-out ASR per stage with Wilson 95% intervals; published reference numbers as labelled dashed lines."
+def stages_figure(res: dict, stages: list[str], published: dict | None = None, ax=None, label: str | None = None):
+    "Held-out ASR per stage with Wilson 95% intervals (`label`: the run's model and profile); published reference numbers as labelled dashed lines."
     import matplotlib.pyplot as plt
     if ax is None: _, ax = plt.subplots(figsize=(8, 4))
     x = np.arange(len(stages))
@@ -119,12 +119,12 @@ def stages_figure(res: dict, stages: list[str], published: dict | None = None, a
     for (label, v), c in zip((published or {}).items(), ("#c44e52", "#8172b2", "#937860", "#55a868")):
         ax.axhline(v, ls="--", lw=1, color=c, label=f"{label}: {v:g}")
     ax.set_xticks(x, [STAGE_LABELS.get(s, s) for s in stages], rotation=20, fontsize=8)
-    ax.set(ylim=(0, 100), ylabel="held-out ASR, production-strict (%)", title="Every stage on the held-out partition (Wilson 95%)")
+    ax.set(ylim=(0, 100), ylabel="held-out ASR, production-strict (%)", title="Every stage on the held-out partition (Wilson 95%)" + (f"\n{label}" if label else ""))
     if published: ax.legend(fontsize=7, loc="upper left")
     return ax
 
 # %% ../../nbs/07_results/04_figures.ipynb #01ca7edf
-def pass_at_k_figure(by_stage: dict, ks=(1, 2, 4, 8), ax=None):
+def pass_at_k_figure(by_stage: dict, ks=(1, 2, 4, 8), ax=None, label: str | None = None):
     "pass@k against k for every stage (unbiased estimator from the stage's samples)."
     import matplotlib.pyplot as plt
     if ax is None: _, ax = plt.subplots(figsize=(6, 4))
@@ -133,7 +133,7 @@ def pass_at_k_figure(by_stage: dict, ks=(1, 2, 4, 8), ax=None):
         ys = np.array(pass_at_k_curve(eps, ks)) * 100
         top = max(top, np.nanmax(ys) if np.isfinite(ys).any() else 0.0)
         ax.plot(ks, ys, marker="o", label=STAGE_LABELS.get(s, s))
-    ax.set(xscale="log", xlabel="k (samples per problem)", ylabel="pass@k (%)", title="pass@k on the held-out partition",
+    ax.set(xscale="log", xlabel="k (samples per problem)", ylabel="pass@k (%)", title="pass@k on the held-out partition" + (f"\n{label}" if label else ""),
            ylim=(0, max(10.0, top * 1.15)))  # a percentage: never below 0, and a flat zero line stays readable
     ax.set_xticks(list(ks), [str(k) for k in ks])
     ax.minorticks_off()
@@ -141,7 +141,7 @@ def pass_at_k_figure(by_stage: dict, ks=(1, 2, 4, 8), ax=None):
     return ax
 
 # %% ../../nbs/07_results/04_figures.ipynb #979c7164
-def category_figure(res: dict, stages: list[str], categories: list[str], ax=None):
+def category_figure(res: dict, stages: list[str], categories: list[str], ax=None, label: str | None = None):
     "Held-out ASR per category and stage, with Wilson 95% intervals."
     import matplotlib.pyplot as plt
     if ax is None: _, ax = plt.subplots(figsize=(8, 4))
@@ -156,6 +156,6 @@ def category_figure(res: dict, stages: list[str], categories: list[str], ax=None
         ax.bar(xs, ys, width, label=STAGE_LABELS.get(s, s))
         ax.errorbar(xs, ys, yerr=[ys - lo, hi - ys], fmt="none", ecolor="black", capsize=2, lw=0.8)
     ax.set_xticks(np.arange(len(categories)) + width * (len(stages) - 1) / 2, categories)
-    ax.set(ylim=(0, 100), ylabel="held-out ASR, production-strict (%)", title="Per-category ASR by stage (Wilson 95%)")
+    ax.set(ylim=(0, 100), ylabel="held-out ASR, production-strict (%)", title="Per-category ASR by stage (Wilson 95%)" + (f"\n{label}" if label else ""))
     ax.legend(fontsize=7)
     return ax

@@ -63,8 +63,9 @@ _PUB_MAIN = (("this paper (published)", "Qwen3-4B base"), ("this paper (publishe
 def _pct(q: Quoted, key: str, name: str | None = None) -> str: return q.run(key, "{:.1f}", 100, name=name)
 
 
-def main_results_table(q: Quoted, stages: list[str]) -> str:
-    "Stages of this run (ASR [95% CI], upstream ASR, CAR, pass@1, pass@8, valid calls, difference to the previous stage) and published rows."
+def main_results_table(q: Quoted, stages: list[str], source: str = "this run") -> str:
+    """Stages of this run, labelled `source` (its model and profile: "SmolLM2-135M-Instruct, smoke"): ASR [95% CI], upstream ASR,
+    CAR, pass@1, pass@8, valid calls, difference to the previous stage; then the published rows."""
     cols = ["system", "source", "ASR %", "ASR upstream %", "CAR", "pass@1 %", "pass@8 %", "valid calls %", "vs previous (pts)"]
     rows = []
     for s in stages:
@@ -72,18 +73,18 @@ def main_results_table(q: Quoted, stages: list[str]) -> str:
         asr = f"{_pct(q, p + '.asr', macro_name('asr', s))} [{_pct(q, p + '.asr_lo')}, {_pct(q, p + '.asr_hi')}]"
         diff = (f"{q.run(p + '.vs_prev.diff', '{:+.1f}', 100)} [{q.run(p + '.vs_prev.lo', '{:+.1f}', 100)}, {q.run(p + '.vs_prev.hi', '{:+.1f}', 100)}]"
                 if p + ".vs_prev.diff" in q.results else "")
-        rows.append([STAGE_LABELS.get(s, s), "this run", asr, _pct(q, p + ".asr_upstream"), q.run(p + ".car", "{:.2f}"),
+        rows.append([STAGE_LABELS.get(s, s), source, asr, _pct(q, p + ".asr_upstream"), q.run(p + ".car", "{:.2f}"),
                      _pct(q, p + ".pass@1", macro_name("passone", s)), _pct(q, p + ".pass@8", macro_name("passeight", s)), _pct(q, p + ".valid_call_rate"), diff])
     for src, system in _PUB_MAIN:
         v = published_value(src, system)
         p1, p8 = published_value(src, system, "pass@1"), published_value(src, system, "pass@8")
         rows.append([system, src, q.pub(v), "", "", q.pub(p1) if p1 is not None else "", q.pub(p8) if p8 is not None else "", "", ""])
     return booktabs(cols, rows, "Held-out ASR (production-strict) of every stage, with published reference numbers.", "tab:main", align="llrrrrrrr",
-                    notes="This run: the profile's model on the held-out partition; brackets: Wilson intervals for ASR, paired-bootstrap intervals for differences. "
+                    notes="This run: the profile's model on the held-out partition; pass@k on the problems that got every sample; brackets: Wilson intervals for ASR, paired-bootstrap intervals for differences. "
                           "Published: reported by the cited papers on their own models and data (not reproduced here).")
 
 # %% ../../nbs/07_results/03_tables.ipynb #77c16173
-def per_category_table(q: Quoted, stages: list[str], categories: list[str]) -> str:
+def per_category_table(q: Quoted, stages: list[str], categories: list[str], source: str = "this run") -> str:
     "ASR per category and stage (this run, Wilson 95%), then the published per-category numbers."
     rows = []
     for s in stages:
@@ -91,7 +92,7 @@ def per_category_table(q: Quoted, stages: list[str], categories: list[str]) -> s
         for c in categories:
             k = f"stage.{s}.asr.{c}"
             cells.append(f"{_pct(q, k)} [{_pct(q, k + '.lo')}, {_pct(q, k + '.hi')}] (n={q.run(f'stage.{s}.n.{c}', '{:d}')})" if k in q.results else "--")
-        rows.append([STAGE_LABELS.get(s, s), "this run", *cells])
+        rows.append([STAGE_LABELS.get(s, s), source, *cells])
     for src, system in (("ShoppingBench (published)", "Qwen3-4B base"), ("ShoppingBench (published)", "Qwen3-4B SFT"),
                         ("ShoppingBench (published)", "Qwen3-4B SFT + GRPO"), ("this paper (published)", "SFT stack"), ("this paper (published)", "SFT stack + KTO")):
         vals = [published_value(src, system, "asr", c) for c in categories]

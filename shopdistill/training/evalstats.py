@@ -79,15 +79,18 @@ def success_by_problem(episodes: Sequence[dict]) -> dict[str, float]:
 
 # %% ../../nbs/05_supervised_stack/07_evalstats.ipynb #ed5ed109
 def stage_row(stage: str, episodes: Sequence[dict], ks: Sequence[int] = (1, 8)) -> dict:
-    "One row of the stage table from `rollout.run_episodes` episodes: ASR (sample 0) with Wilson 95%, pass@k, call and id rates."
+    """One row of the stage table from `rollout.run_episodes` episodes: ASR (sample 0, every problem) with Wilson 95%; pass@k
+    on the problems that got the most samples (`pass_problems` of them: all, or the evaluation's sampled subset); call and id rates."""
     groups = per_problem(episodes)
     if not groups: raise ValueError(f"stage_row({stage!r}): no episodes")
     first = [bool(g[0]["success"]) for g in groups.values()]
     lo, hi = wilson(sum(first), len(first))
     row = {"stage": stage, "asr": sum(first) / len(first), "asr_lo": lo, "asr_hi": hi}
-    for k in ks:  # a problem with fewer than k samples cannot give pass@k: the column is NaN unless every problem has k
-        vals = [pass_at_k(len(g), sum(bool(e["success"]) for e in g), k) for g in groups.values() if len(g) >= k]
-        row[f"pass@{k}"] = float(np.mean(vals)) if len(vals) == len(groups) else float("nan")
+    m = max(len(g) for g in groups.values())  # pass@k on the problems that got every sample (all, or the sampled subset)
+    sub = [g for g in groups.values() if len(g) == m]
+    for k in ks:  # NaN where fewer than k samples were drawn
+        row[f"pass@{k}"] = float(np.mean([pass_at_k(m, sum(bool(e["success"]) for e in g), k) for g in sub])) if k <= m else float("nan")
+    row["pass_problems"] = len(sub)
     calls = sum(int(e.get("n_calls", 0)) for e in episodes)
     row["valid_call_rate"] = sum(int(e.get("valid_calls", 0)) for e in episodes) / calls if calls else 0.0
     # all([]) is True: an episode that recommended nothing has not recommended an existing id

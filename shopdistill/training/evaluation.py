@@ -69,7 +69,8 @@ def evaluate_stage(stage: StageFolder, model, tok, problems: list[dict], engine,
     e, r = settings.eval, settings.rollout
     t0 = time.time()
     n = n_samples or (e.n_samples if e.sampled is None or stage.name in e.sampled else 1)
-    eps = run_episodes(model, tok, problems, engine, r, n_samples=n, temperature=e.temperature, top_p=e.top_p, seed=e.seed,
+    m = e.sampled_problems or len(problems)  # sampled stages: every sample on the first m problems, the greedy one on the rest
+    eps = run_episodes(model, tok, problems, engine, r, n_samples=[n if i < m else 1 for i in range(len(problems))], temperature=e.temperature, top_p=e.top_p, seed=e.seed,
                        greedy_first=True, desc=f"eval {stage.name}")
     row = {**stage_row(stage.name, eps), "eval_seconds": time.time() - t0,
            "generated_tokens": sum(x["meta"]["extra"]["generated_tokens"] for x in eps)}

@@ -7,6 +7,7 @@ __all__ = ['META_FILE', 'build_tiny_tokenizer', 'id_token_rows', 'fix_rows', 'ti
 
 # %% ../../nbs/05_supervised_stack/03_policy.ipynb #98e21c50
 import json
+from dataclasses import asdict
 from pathlib import Path
 from ..corpus.tokens import train_bpe
 from ..sandbox.catalog import generate_catalog
@@ -90,6 +91,13 @@ def _hub_error(spec: str, e: Exception) -> RuntimeError:
                         f"{spec}`), set HF_HOME to that cache or `train.base` to the folder; offline CPU runs use a packaged base (`train.base: smollm2-135m-instruct`) or `tiny`.")
 
 
+def _view_on(tok, settings: TrainSettings, meta: dict | None = None) -> None:
+    "The rendering settings a policy is shown its states with: a checkpoint keeps those it was trained with (`save_policy`)."
+    meta = meta or {}
+    tok.max_tool_chars = meta.get("max_tool_chars", settings.max_tool_chars)
+    tok.agent_view = meta.get("agent_view", asdict(settings.view))
+
+
 def load_policy(spec: str, settings: TrainSettings | None = None, *, texts=None, ids=None, padding_side: str = "left"):
     """(model, tokenizer) for `spec`: "tiny" (offline BPE over `texts` with `ids` as single tokens + a tiny Qwen3), a checkpoint
     folder written by `save_policy`, a packaged base such as "smollm2-135m-instruct" (`bases.BASES`), or a hub id such as "Qwen/Qwen3-4B"."""
@@ -98,7 +106,7 @@ def load_policy(spec: str, settings: TrainSettings | None = None, *, texts=None,
     if spec == "tiny":
         ts = settings.tiny
         tok = build_tiny_tokenizer(texts, ids if (ids is not None and ts.id_tokens) else (), ts.bpe_vocab, padding_side)
-        tok.max_tool_chars = settings.max_tool_chars
+        _view_on(tok, settings)
         return tiny_model(tok, ts), tok
     from transformers import AutoModelForCausalLM, AutoTokenizer
     folder = provision_base(spec) if spec in BASES else Path(spec)  # a packaged base: converted once into the cache
@@ -108,7 +116,7 @@ def load_policy(spec: str, settings: TrainSettings | None = None, *, texts=None,
         tok = _finish_tokenizer(AutoTokenizer.from_pretrained(str(folder)), padding_side)
         model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=meta.get("dtype", "auto"))
         fix_rows(model, meta.get("fixed_rows", []))
-        tok.max_tool_chars = meta.get("max_tool_chars", settings.max_tool_chars)
+        _view_on(tok, settings, meta)
         return model, tok
     local = not _hub_reachable()  # only the local cache can answer: fail fast instead of retrying for minutes
     try:
@@ -116,7 +124,7 @@ def load_policy(spec: str, settings: TrainSettings | None = None, *, texts=None,
         model = AutoModelForCausalLM.from_pretrained(spec, dtype=getattr(torch, settings.dtype), local_files_only=local)
     except Exception as e:
         raise _hub_error(spec, e) from e
-    tok.max_tool_chars = settings.max_tool_chars
+    _view_on(tok, settings)
     return model, tok
 
 
@@ -141,6 +149,7 @@ def save_policy(model, tokenizer, out_dir) -> Path:
     model.save_pretrained(str(tmp))
     tokenizer.save_pretrained(str(tmp))
     meta = {"fixed_rows": list(getattr(model, "_fixed_rows", [])), "max_tool_chars": getattr(tokenizer, "max_tool_chars", None),
+            "agent_view": getattr(tokenizer, "agent_view", None),
             "dtype": str(next(model.parameters()).dtype).replace("torch.", "")}
     (tmp / META_FILE).write_text(json.dumps(meta))
     if out.exists(): shutil.rmtree(out)

@@ -375,21 +375,23 @@ def _drive_vllm(model, eps: list[dict], turns: Turns, *, batch_size: int, bar, *
             else: submit(e)
 
 
-def run_episodes(model, tok, problems: list[dict], engine, settings: RolloutSettings | None = None, *, n_samples: int = 1,
+def run_episodes(model, tok, problems: list[dict], engine, settings: RolloutSettings | None = None, *, n_samples: int | list[int] = 1,
                  temperature: float = 0.0, top_p: float = 1.0, seed: int = 0, greedy_first: bool = False, tools: list | None = None,
                  desc: str = "episodes") -> list[dict]:
     """Run `model` as an agent on every problem `n_samples` times, each episode in a fresh `ShoppingEnv` of `engine`; one
     canonical trajectory per (problem, sample) with `success` (production_strict), `score`, `n_calls`, `valid_calls`,
     `recommended`, `recommended_exist`. `settings` (`RolloutSettings`): the backend, the batch, the step cap, the token
     budgets and the backend's own options (KV reuse and bf16 for transformers; dtype, KV cache size for vLLM).
-    `greedy_first`: sample 0 decodes greedily (the single-attempt ASR), the others at `temperature`. A progress bar (`desc`)
+    `n_samples`: episodes per problem, one count for all or one per problem. `greedy_first`: sample 0 decodes greedily (the single-attempt ASR), the others at `temperature`. A progress bar (`desc`)
     counts finished episodes."""
     rs = settings or RolloutSettings()
     if rs.backend not in BACKENDS: raise ValueError(f"unknown rollout backend {rs.backend!r}; known: {', '.join(BACKENDS)}")
     tools = tools or tool_schemas_for_training()
     eps = []
-    for p in problems:
-        for s in range(n_samples):
+    counts = n_samples if isinstance(n_samples, (list, tuple)) else [n_samples] * len(problems)
+    if len(counts) != len(problems): raise ValueError(f"run_episodes: {len(counts)} sample counts for {len(problems)} problems")
+    for p, n in zip(problems, counts):
+        for s in range(n):
             env = ShoppingEnv(engine, step_cap=rs.step_cap)
             env.reset(**p)
             eps.append(new_episode(p, s, env))

@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['cpu_bf16', 'TinySettings', 'StandinSettings', 'LoraSettings', 'SftSettings', 'RolloutSettings', 'RejectionSettings',
-           'TeacherSettings', 'EvalSettings', 'TrainSettings']
+           'TeacherSettings', 'EvalSettings', 'ViewSettings', 'TrainSettings']
 
 # %% ../../nbs/05_supervised_stack/00_settings.ipynb #dcb884b1
 import functools
@@ -128,9 +128,23 @@ class EvalSettings:
     n_problems: int = 75  # per category (the paper: N = 75)
     n_samples: int = 8  # sample 0 greedy (the ASR), 1..n-1 sampled (pass@k)
     sampled: list[str] | None = None  # stages evaluated with all n_samples (None: every stage); the others greedy only (ASR, pass@1)
+    sampled_problems: int = 0  # the sampled stages draw their n_samples on the first this many problems only (0: all): pass@k's subset
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int = 0
+
+
+@dataclass(frozen=True)
+class ViewSettings:
+    """How the tools and their results are written into the model's context, the same for SFT, rollouts, GRPO and the miner:
+    `paper` shows the JSON schemas and each result as the tool returned it (cut at `max_tool_chars`); `compact` shows each tool
+    on one line and each result as one line per product, within a token budget (chapter 05, `training.rendering`)."""
+    style: str = "paper"  # paper | compact
+    result_tokens: int = 0  # compact: the most tokens one tool result takes, whole lines kept (0: no budget)
+
+    def __post_init__(self):
+        if self.style not in ("paper", "compact"): raise ValueError(f"view.style must be paper or compact, got {self.style!r}")
+        if self.result_tokens < 0: raise ValueError(f"view.result_tokens must be 0 (no budget) or more, got {self.result_tokens}")
 
 
 @dataclass(frozen=True)
@@ -140,6 +154,7 @@ class TrainSettings:
     max_length: int = 14_336  # the SFT maximum length: the paper's token budget
     max_tool_chars: int | None = None  # context fitting: tool results longer than this are cut (None: kept whole)
     dtype: str = "bfloat16"  # weights of a hub model
+    view: ViewSettings = field(default_factory=ViewSettings)
     tiny: TinySettings = field(default_factory=TinySettings)
     standin: StandinSettings = field(default_factory=StandinSettings)
     sft: SftSettings = field(default_factory=SftSettings)
