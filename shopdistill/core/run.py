@@ -233,7 +233,6 @@ class Run(Layout):
     prepared: Path = _name("prepared", "the notebooks as the driver runs them (cells nbdev-test skips made raw)")
     logs: Path = _name("logs", "each notebook's progress bars, followed on the terminal")
     html: Path = _name("html", "the executed notebooks rendered for readers without Jupyter")
-    stage1_only: Path = _name("stage1_only", "examples/smollm2_stage1.py: stage 1 alone on a real base, a train folder of its own (base, stage1_sft, stages.json), outside `train/` so that chapter 05 never empties it")
     lock: Path = _name(".lock", "held while a driver writes this run")
     settings: Path = _name("settings.yaml", "the effective settings of the run: every key, defaults included, whichever files the profile extends")
     figures: Path = _name("figures", "a profile that does not publish (ci): its figures, where a publishing one writes the repository's figures/")
