@@ -1,7 +1,7 @@
 """Training and rollout throughput of the tiny model on CPU, and how each scales with batch size; or SFT throughput of a pretrained base.
 
     python bench/train.py [--profile smoke] [--threads 1] [--steps 6] [--episodes 32]
-    python bench/train.py --profile smollm2 --data smoke --base [--threads 2] [--steps 2]
+    python bench/train.py --base [--profile smoke] [--threads 2] [--steps 2]
 
 SFT: tokens per second of forward + backward + AdamW step on rendered corpus conversations (assistant-only loss),
 with the output layer computed only at loss positions (`models.lm_loss`, what chapter 05 trains with) side by side with
@@ -13,7 +13,10 @@ generation runs a fixed number of tokens so every row does the same work).
 With `--base`: the profile's pretrained base (`train.base`, e.g. SmolLM2-135M-Instruct) instead, SFT only, batch 1 (what
 chapter 05 trains with): full fine-tuning with the output layer at loss positions only, the same with the full output
 layer (the plain way), and LoRA (`train.sft.lora_r`, all linear layers) with loss positions only, on the same corpus
-conversations cut at `train.max_length` after context fitting. Rollout speed of a real base: bench/rollout.py.
+conversations cut at `train.max_length` after context fitting; where the CPU computes bf16 natively (AMX, AVX512-BF16) also
+full fine-tuning under bf16 autocast (what `sft.bf16: true` trains with there). First it counts the tokens of every stage-1
+conversation in the paper's rendering (whole results), in the old smoke's (results cut at 300 characters) and in the
+profile's view (`train.view`). Rollout speed of a real base: bench/rollout.py.
 Needs the smoke run's corpus and bank (`make reproduce` chapters 00-04).
 """
 import argparse, json, random, resource, sys, time
@@ -49,7 +52,7 @@ def batches(examples, bs, pad):
         yield ids, att, lab
 
 
-def sft_speed(model, examples, bs, steps, pad, loss_positions_only):
+def sft_speed(model, examples, bs, steps, pad, loss_positions_only, bf16=False):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     model.train()
     it = batches(examples * 4, bs, pad)
@@ -58,7 +61,8 @@ def sft_speed(model, examples, bs, steps, pad, loss_positions_only):
     for k, (ids, att, lab) in enumerate(it):
         if k == 1: t0, toks = time.perf_counter(), 0
         if k > steps: break
-        loss = lm_loss(model, ids, att, lab) if loss_positions_only else model(input_ids=ids, attention_mask=att, labels=lab).loss
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = lm_loss(model, ids, att, lab) if loss_positions_only else model(input_ids=ids, attention_mask=att, labels=lab).loss
         loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
         toks += int(att.sum())
     return toks / (time.perf_counter() - t0)
@@ -85,24 +89,40 @@ def rollout_speed(model, tok, prompts, bs, new_tokens, batched):
     return gen / (time.perf_counter() - t0)
 
 
+def view_tokens(ts, rows) -> dict:
+    "Mean, median and max tokens of `rows` (stage 1's conversations) in three renderings under the base's tokenizer."
+    tok, tools, out = load_policy(ts.base, ts)[1], tool_schemas_for_training(), {}
+    mine = dict(tok.agent_view)
+    for name, view, chars in (("paper, whole results", {"style": "paper"}, None), ("paper, results cut at 300 chars", {"style": "paper"}, 300),
+                              (f"this profile ({mine['style']}, {mine.get('result_tokens') or 'no'} tokens a result)", mine, None)):
+        tok.agent_view, tok.max_tool_chars = view, chars
+        n = [len(render_prompt(tok, r["messages"], tools, add_generation_prompt=False)[1]) for r in rows]
+        out[name] = {"mean": float(np.mean(n)), "median": float(np.median(n)), "max": int(max(n)), "conversations": len(n)}
+        print(f"{name:>48}: mean {np.mean(n):6,.0f}  median {np.median(n):6,.0f}  max {max(n):6,}  tokens a conversation ({len(n)})")
+    return out
+
+
 def base_sft(a, ts, rows):
-    "SFT tokens/s of the profile's pretrained base at batch 1: full fine-tuning two ways, and LoRA."
+    "SFT tokens/s of the profile's pretrained base at batch 1: full fine-tuning two ways (and under bf16 autocast where native), and LoRA."
     from peft import get_peft_model
+    from shopdistill.training.settings import cpu_bf16
     from shopdistill.training.trainer import peft_config  # the LoRA config chapter 05's SFT trainer is given
     tools = tool_schemas_for_training()
     results, examples = {}, None
-    for name, lora, positions_only in (("full, loss positions only", False, True), ("full, whole output layer", False, False),
-                                       (f"LoRA r{ts.sft.lora_r}, loss positions only", True, True)):
+    modes = [("full, loss positions only", False, True, False), ("full, whole output layer", False, False, False),
+             (f"LoRA r{ts.sft.lora_r}, loss positions only", True, True, False)]
+    if cpu_bf16(): modes.insert(1, ("full, loss positions, bf16 autocast", False, True, True))
+    for name, lora, positions_only, bf16 in modes:
         model, tok = load_policy(ts.base, ts)  # a fresh copy per row: each row's optimizer state starts empty
         if lora: model = get_peft_model(model, peft_config(ts.sft))
         if examples is None:  # the same tokenizer every row: encoded once
             examples = [encode(tok, sft_row(tok, r["messages"], tools), ts.max_length) for r in rows]
             n = sum(p.numel() for p in model.parameters())
             print(f"{ts.base}: {n / 1e6:.1f}M parameters ({next(model.parameters()).dtype}), {a.threads} thread(s); SFT examples of "
-                  f"{np.mean([len(x[0]) for x in examples]):.0f} tokens (cut at {ts.max_length}, tool results at {ts.max_tool_chars} characters)")
+                  f"{np.mean([len(x[0]) for x in examples]):.0f} tokens (cut at {ts.max_length}; view {tok.agent_view})")
             print(f"\nSFT tokens/s at batch 1 (forward + backward + AdamW), {a.steps} timed steps per row after two warm-up steps")
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        results[name] = sft_speed(model, examples, 1, a.steps, tok.pad_token_id, positions_only)
+        results[name] = sft_speed(model, examples, 1, a.steps, tok.pad_token_id, positions_only, bf16)
         print(f"{name:>32}: {results[name]:8,.1f} tokens/s  ({trainable / 1e6:.2f}M trainable)  peak RSS {rss_mb():,.0f} MB", flush=True)
         del model
     first = next(iter(results.values()))
@@ -134,8 +154,13 @@ def main():
     if not corpus.exists(): sys.exit(f"{corpus} is missing: run `make reproduce` (chapters 00-04) first")
     train = load_from_disk(str(corpus))["train"]
     if a.base:
-        keep = [i for i, c in enumerate(train["category"]) if c in ts.sft.categories][: a.examples]  # what stage 1 trains on
-        base_sft(a, ts, [from_arrow_row(train[i]) for i in keep])
+        from shopdistill.training.sft import per_problem_rows
+        keep = [i for i, c in enumerate(train["category"]) if c in ts.sft.categories]  # what stage 1 trains on
+        stage1 = per_problem_rows([from_arrow_row(train[i]) for i in keep], ts.sft.per_problem)
+        print("Tokens of stage 1's conversations, rendered three ways:")
+        view_tokens(ts, stage1)
+        print()
+        base_sft(a, ts, stage1[: a.examples])
         return
     rows = [from_arrow_row(r) for r in train.select(range(64))]
     texts = [m.get("content") or "" for r in rows for m in r["messages"]][:2000]

@@ -112,3 +112,12 @@ def test_stage_row_one_sample_and_missing_recommendations():
     assert math.isnan(row["pass@8"])
     assert row["existing_id_rate"] == pytest.approx(1 / 3)
     with pytest.raises(ValueError): stage_row("empty", [])
+
+
+def test_stage_row_pass_at_k_on_the_sampled_subset():
+    "eval.sampled_problems: every sample on some problems, the greedy one on the rest; ASR on all, pass@k on the sampled ones."
+    eps = _episodes({"a": [True] + [False] * 7, "b": [False] * 7 + [True], "c": [True], "d": [False]})
+    row = stage_row("kto", eps)
+    assert (row["n_problems"], row["pass_problems"], row["n_samples"]) == (4, 2, 18)
+    assert row["asr"] == 0.5  # sample 0 of a and c
+    assert row["pass@1"] == pytest.approx(2 / 16) and row["pass@8"] == pytest.approx(1.0)  # a and b only: c's one greedy sample is not pass@1

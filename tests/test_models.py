@@ -150,3 +150,46 @@ def test_both_profiles_have_a_valid_train_section():
     assert (full.rejection.k, full.rejection.temperature, full.rejection.top_p) == (8, 0.9, 0.95) and len(full.sft.lr_sweep) > 1
     assert full.max_tool_chars is None and not full.standin.enabled
     assert "base" in smoke.eval.sampled and smoke.eval.sampled_problems == 30
+
+
+@pytest.fixture
+def compact(policy):
+    "The module's tokenizer under the compact view, 100 tokens a result: the header and two of the page's three products fit."
+    _, tok = policy
+    saved = tok.agent_view
+    tok.agent_view = {"style": "compact", "result_tokens": 100}
+    yield tok
+    tok.agent_view = saved
+
+
+def test_compact_view_is_one_rendering_for_sft_and_rollouts(compact, tools):
+    "Under the compact view, SFT's rendering (through TRL's training template) and every rollout prompt are still the same bytes."
+    from trl.chat_template_utils import get_training_chat_template
+    tok, msgs = compact, conversation()
+    row = sft_row(tok, msgs, tools)
+    full_text = tok.apply_chat_template(row["messages"], tools=json.loads(row["tools"]), tokenize=False)
+    enc = tok.apply_chat_template(row["messages"], tools=json.loads(row["tools"]), chat_template=get_training_chat_template(tok),
+                                  tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    assert tok.decode(enc["input_ids"]) == full_text == render_prompt(tok, msgs, tools, add_generation_prompt=False)[0]
+    for t, m in enumerate(msgs):
+        if m["role"] == "assistant":
+            text, ids = render_prompt(tok, msgs[:t], tools)
+            assert full_text.startswith(text) and tok(full_text, add_special_tokens=False)["input_ids"][:len(ids)] == ids
+    # the view, not the paper's JSON: one line per tool, one line per product, the budget's cut said
+    assert '"parameters"' not in full_text and '"product_id"' not in full_text and "\n[1 more not shown]" in full_text
+    assert f"{IDS[0]} | Red Mug 0 | 99.5 | 100001 | - | 0" in full_text
+    page = next(m["content"] for m in row["messages"] if m["role"] == "tool")
+    assert len(tok(page.rsplit("\n", 1)[0] + "\n", add_special_tokens=False)["input_ids"]) <= 100  # the lines shown fit the budget
+
+
+def test_a_checkpoint_keeps_the_view_it_was_trained_with(compact, tmp_path):
+    model, _ = load_policy("tiny", SMALL, ids=IDS)
+    save_policy(model, compact, tmp_path / "p")
+    _, tok2 = load_policy(str(tmp_path / "p"), TrainSettings())  # another profile's settings: the checkpoint's view wins
+    assert tok2.agent_view == {"style": "compact", "result_tokens": 100} and tok2.max_tool_chars == SMALL.max_tool_chars
+
+
+def test_a_view_style_outside_the_two_is_refused():
+    from shopdistill.training.settings import ViewSettings
+    with pytest.raises(ValueError, match="view.style must be paper or compact, got 'tabular'"):
+        ViewSettings(style="tabular")
