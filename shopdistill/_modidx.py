@@ -2403,6 +2403,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                               'shopdistill/training/rollout.py'),
                                               'shopdistill.training.rollout.episode_seed': ( '05_supervised_stack/rollout.html#episode_seed',
                                                                                              'shopdistill/training/rollout.py'),
+                                              'shopdistill.training.rollout.free_memory': ( '05_supervised_stack/rollout.html#free_memory',
+                                                                                            'shopdistill/training/rollout.py'),
                                               'shopdistill.training.rollout.generate_transformers': ( '05_supervised_stack/rollout.html#generate_transformers',
                                                                                                       'shopdistill/training/rollout.py'),
                                               'shopdistill.training.rollout.generate_vllm': ( '05_supervised_stack/rollout.html#generate_vllm',
