@@ -2305,6 +2305,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                                  'shopdistill/training/rendering.py'),
                                                 'shopdistill.training.rendering._product_info': ( '05_supervised_stack/rendering.html#_product_info',
                                                                                                   'shopdistill/training/rendering.py'),
+                                                'shopdistill.training.rendering._templated': ( '05_supervised_stack/rendering.html#_templated',
+                                                                                               'shopdistill/training/rendering.py'),
                                                 'shopdistill.training.rendering._text': ( '05_supervised_stack/rendering.html#_text',
                                                                                           'shopdistill/training/rendering.py'),
                                                 'shopdistill.training.rendering.budget_lines': ( '05_supervised_stack/rendering.html#budget_lines',

@@ -76,17 +76,11 @@ def test_no_module_imports_a_later_one_or_hides_an_import_in_a_function():
                 assert order[target] < order[mod], f"{mod} imports the later module {target}"
 
 
-# One known debt, exactly as long as it is: the vLLM engine cell grew by `free_memory` during the smoke reproduction the
-# committed results come from, and splitting it changes chapter 05's inputs (a 100-minute rerun). It is split with the next
-# smoke rerun (issue 24); any other long cell, or this one longer, fails.
-KNOWN_LONG = {"05_supervised_stack/04_rollout.ipynb cell 8: 69 lines"}
-
-
 def test_no_code_cell_is_longer_than_sixty_lines():
     "One piece per cell, then what runs it: a cell a reader can take in at once."
     long = [f"{nb.relative_to(NBS)} cell {i}: {c['source'].count(chr(10)) + 1} lines"
             for nb in notebooks() for i, c in enumerate(cells(nb)) if c["cell_type"] == "code" and c["source"].count("\n") >= 60]
-    assert set(long) <= KNOWN_LONG, sorted(set(long) - KNOWN_LONG)
+    assert not long, long
 
 
 # every layout `core.run` defines, so that a new one is guarded without being listed here

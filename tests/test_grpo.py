@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
 from shopdistill.reproduce.settings import load_config
-from shopdistill.training.grpo import GrpoSettings, dr_grpo_stage, fitted_env_class, grpo_config, outcome_grpo_stage, outcome_rows, screen_states, state_rows
+from shopdistill.training.grpo import GrpoSettings, dr_grpo_stage, fitted_env_class, grpo_config, outcome_grpo_stage, outcome_rows, outcome_trainer, screen_states, state_rows
 from shopdistill.training.rendering import ELIDED
 from shopdistill.training.policy import load_policy
 from shopdistill.core.run import StageFolder
@@ -135,6 +135,18 @@ def test_screening_and_two_steps_per_step_reward(tiny, tmp_path, monkeypatch):
     m2, t2 = load_policy(str(out))
     assert t2.max_tool_chars == TINY.max_tool_chars
     assert changed(before, m2), "the saved policy equals the one before training: the step changed no weight"
+
+
+def test_outcome_grpo_refuses_the_compact_view(tiny, tmp_path):
+    "TRL's environment loop writes tool results in the paper's view: a compact-view policy is refused before a trainer is built."
+    model, tok = tiny
+    before = getattr(tok, "agent_view", None)
+    tok.agent_view = {"style": "compact", "result_tokens": 300}
+    try:
+        with pytest.raises(ValueError, match="train.view.style is 'compact'"):
+            outcome_trainer(model, tok, [], None, GrpoSettings(**FAST), StageFolder(tmp_path / "outcome"))
+    finally:
+        tok.agent_view = before
 
 
 def test_fitted_env_keeps_schemas_and_cuts_results():

@@ -84,9 +84,10 @@ def test_collator_masks_and_kl_rotation(tiny):
     assert b["label"].tolist() == [True, False, True]
 
 
-def test_two_steps_finite_loss(tiny, tmp_path):
+@pytest.mark.parametrize("bf16", [False, True])  # smoke trains KTO under bf16 autocast where the CPU computes bf16 natively
+def test_two_steps_finite_loss(tiny, tmp_path, bf16):
     model, tok = tiny
-    s = KtoSettings(batch_size=2, grad_accum=1, max_steps=2, lr=1e-3, lora=False, bf16=False, logging_steps=1, save_steps=1000,
+    s = KtoSettings(batch_size=2, grad_accum=1, max_steps=2, lr=1e-3, lora=False, bf16=bf16, logging_steps=1, save_steps=1000,
                     max_length=4096, scheduler="constant", warmup_ratio=0.0)
     w0 = [p.detach().clone() for p in model.parameters()]
     out = kto_stage(model, tok, [episode(i, True) for i in range(2)], [episode(i, False) for i in range(2, 6)], s, StageFolder(tmp_path / "kto"),

@@ -20,7 +20,7 @@ from ..core.run import StageFolder
 from ..sandbox.tools import ShoppingEnv
 from .rendering import ELIDED, render_prompt
 from .rewards import REWARD_RANGE, per_step_reward, step_reward
-from .rollout import BACKENDS, episode_seed
+from .rollout import BACKENDS, close_vllm, episode_seed
 from .evaluation import evaluate_stage, reuse_evaluation
 from .policy import load_policy
 from .rejection import rejection_problems
@@ -158,14 +158,16 @@ def sample_turns(model, tok, prompts: list[str], n: int, *, temperature: float =
     return out
 
 
-def screen_states(model, tok, rows: list[dict], settings: GrpoSettings) -> tuple[list[dict], dict]:
+def screen_states(model, tok, rows: list[dict], settings: GrpoSettings, backend: str | None = None) -> tuple[list[dict], dict]:
     """Keep the states on which `settings.screen_samples` samples of `model` get different per-step rewards (zero-variance groups
     give no gradient under Dr. GRPO yet count in its normaliser). Returns (kept rows, a report with every state's rewards).
-    `model`: a loaded model (transformers backend) or, with `grpo.use_vllm`, a checkpoint folder (vLLM backend)."""
+    `model`: a loaded model or a checkpoint folder; `backend`: the sampler (None: vLLM for a folder with `grpo.use_vllm`, else
+    transformers; the recipe passes `train.rollout.backend`, on the CPU vLLM: 52 samples took 1,406 s with transformers' generate)."""
     t0 = time.time()
     samples = sample_turns(model, tok, [r["prompt"] for r in rows], settings.screen_samples, temperature=settings.temperature,
                            top_p=settings.top_p, max_new_tokens=settings.max_completion_length, batch_size=settings.screen_batch,
-                           seed=settings.seed, backend="vllm" if settings.use_vllm and isinstance(model, (str, Path)) else "transformers")
+                           seed=settings.seed,
+                           backend=backend or ("vllm" if settings.use_vllm and isinstance(model, (str, Path)) else "transformers"))
     kept, per_state = [], []
     for r, comps in zip(rows, samples):
         rs = [step_reward(c, r["teacher_action"]) for c in comps]
@@ -221,6 +223,7 @@ def fitted_env_class(max_tool_chars: int | None, base=None):
     return type(f"Fitted{base.__name__}", (base,), {"reset": reset, **{n: cut(getattr(base, n)) for n in names}})
 
 
+# %% ../../nbs/06_dr_grpo/01_grpo.ipynb #8ce9acfa
 def outcome_rows(problems: list[dict]) -> list[dict]:
     "Outcome-GRPO rows: the user's request as a conversational prompt, the task (with its gold) as JSON text for `reset`."
     return [{"prompt": [{"role": "user", "content": p["query"]}], "task": json.dumps(p, ensure_ascii=False), "problem_id": p["id"]}
@@ -228,7 +231,12 @@ def outcome_rows(problems: list[dict]) -> list[dict]:
 
 
 def outcome_trainer(model, tok, problems: list[dict], engine, settings: GrpoSettings, stage: StageFolder, *, cpu: bool | None = None):
-    "The GRPOTrainer of outcome-reward GRPO (the sandbox as `environment_factory`), built but not trained."
+    """The GRPOTrainer of outcome-reward GRPO (the sandbox as `environment_factory`), built but not trained. Only the paper's
+    view: TRL renders the environment's results itself, so a compact-view policy would train on text it never reads elsewhere."""
+    view = (getattr(tok, "agent_view", None) or {}).get("style", "paper")
+    if view != "paper":
+        raise ValueError(f"outcome GRPO: train.view.style is {view!r}; TRL's environment loop renders tool results in the "
+                         "paper's view only (use grpo.reward: per_step, or train.view.style: paper)")
     from datasets import Dataset
     from trl import GRPOTrainer
     settings = replace(settings, reward="outcome")  # what this trainer is (its tool-call cap applies), whatever the profile selects
@@ -258,7 +266,8 @@ def _screened(r: Recipe, model, tok, gs: GrpoSettings, stage: StageFolder) -> di
     def make():
         steps = datasets.load_from_disk(str(r.run.corpus().steps))["train"]
         rows, drawn = state_rows(steps, tok, max_prompt_tokens=gs.max_prompt_tokens, limit=gs.screen_states, seed=gs.seed)
-        kept, report = screen_states(model, tok, rows, gs)
+        kept, report = screen_states(model, tok, rows, gs, backend=r.ts.rollout.backend)
+        close_vllm()  # the engine's KV cache is not needed while GRPO trains
         report["draw"] = {**drawn, "train_states": len(steps)}
         saved = {"settings": key, "report": report, "kept": kept}
         write_json(stage.make().states, saved)

@@ -58,7 +58,11 @@ def template_messages(messages: list) -> list:
 def render_prompt(tok, messages: list, tools: list, *, max_tool_chars="auto", add_generation_prompt: bool = True) -> tuple[str, list[int]]:
     """(text, ids) of a state as the policy sees it: the view's messages and tools (`view_state`), the Qwen3 template, the generation prompt.
     The ONE rendering of SFT examples, rollout prompts and GRPO prompts (`max_tool_chars="auto"`: the tokenizer's setting)."""
-    msgs, tools = view_state(tok, messages, tools, max_tool_chars)
+    return _templated(tok, *view_state(tok, messages, tools, max_tool_chars), add_generation_prompt)
+
+
+def _templated(tok, msgs: list, tools: list, add_generation_prompt: bool) -> tuple[str, list[int]]:
+    "(text, ids) of messages and tools already in the view: the chat template, then the tokenizer."
     text = tok.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt)
     return text, tok(text, add_special_tokens=False)["input_ids"]
 
@@ -131,8 +135,8 @@ def view_state(tok, messages: list, tools: list, max_tool_chars="auto") -> tuple
 def token_parts(tok, messages: list, tools: list) -> dict:
     """Tokens of a conversation as `render_prompt` renders it, by part: the system block with the tools, the user's request, the
     tool results, the assistant's calls and text, its thinking, and the chat template's tags (the rest of the total)."""
-    msgs, _ = view_state(tok, messages, tools)
-    text, ids = render_prompt(tok, messages, tools, add_generation_prompt=False)
+    msgs, viewed = view_state(tok, messages, tools)
+    text, ids = _templated(tok, msgs, viewed, add_generation_prompt=False)  # render_prompt's bytes, the messages viewed once
     n = lambda t: len(tok(t, add_special_tokens=False)["input_ids"]) if t else 0
     calls = lambda m: "".join(json.dumps({"name": c["function"]["name"], "arguments": c["function"]["arguments"]}, ensure_ascii=False)
                               for c in m.get("tool_calls") or [])

@@ -173,6 +173,7 @@ def kv_cache_bytes(folder: str, dtype: str, max_num_seqs: int, max_model_len: in
     return int(min(want, free // 2))
 
 
+# %% ../../nbs/05_supervised_stack/04_rollout.ipynb #2df1e4d6
 _VLLM = {}  # one engine per process: the last folder's (a new folder shuts the old engine down first)
 
 def vllm_engine(folder: str, *, dtype: str = "float32", max_num_seqs: int = 64, max_model_len: int = 4096,
