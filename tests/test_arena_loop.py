@@ -133,6 +133,26 @@ def test_checkpoint_miner_is_deterministic_when_greedy(world):
     assert runs[0] == runs[1]
 
 
+def test_a_greedy_miner_runs_each_turn_once_however_many_validators_replay_it(world):
+    """Validators replay the same suite: a greedy miner's second play of a problem is answered from memory, turn for turn the
+    same, without running the model; a sampling miner runs the model every time."""
+    from shopdistill.arena.validator import Limits, run_problem
+    from shopdistill.training.rollout import generate_transformers
+    _, engine, problem, model, tok = world
+    ran = []
+    def counting(model_, prompts, **kw):
+        ran.append(len(prompts))
+        return generate_transformers(model_, prompts, **kw)
+    for temperature, second_play_runs in ((0.0, False), (1.0, True)):
+        miner, plays = CheckpointMiner(model, tok, step_cap=3, max_new_tokens=16, temperature=temperature, backend=counting), []
+        for validator in range(2):
+            ran.clear()
+            env, _ = run_problem(miner.agent_main, problem, _client(engine, seed=validator), Limits(step_cap=3))
+            plays.append(([json.dumps(st["completion"], sort_keys=True) for st in env["dialogue"]], sum(ran)))  # times differ
+        assert plays[0][1] > 0 and (plays[1][1] > 0) is second_play_runs
+        if temperature == 0: assert plays[0][0] == plays[1][0] and miner.generate.hits == plays[0][1]
+
+
 def test_last_checkpoint_stage_follows_the_recipe_order(tmp_path):
     from shopdistill.core.run import TrainFolder
     train = TrainFolder(tmp_path)
