@@ -20,7 +20,7 @@ def world():
     catalog = Catalog.from_records(list(generate_catalog(300, seed=0)))
     engine = SearchEngine.build(catalog)
     problem = synthesize_tasks(catalog, {"product": 1}, seed=0)[0]
-    model, tok = load_policy("tiny", TINY, ids=catalog.ids)
+    model, tok = load_policy("tiny", TINY)
     return catalog, engine, problem, model, tok
 
 
@@ -30,7 +30,7 @@ def _client(engine, seed=0):
 
 
 def scripted(tok, texts):
-    """A stand-in for a trained policy's sampler (a trained model cannot be produced inside a unit test): it returns the
+    """A scripted sampler in place of a trained policy's (a trained model cannot be produced inside a unit test): it returns the
     token ids of `texts`, one per turn. Everything around it (rendering, parsing, tools, billing, the envelope) is real."""
     turns = iter(texts)
     def generate(model, prompts, **kw):
@@ -172,7 +172,7 @@ def test_a_loop_season_places_the_entrant_every_day(tiny_season, tiny_season_yam
         cfg = load_config(tiny_season / "season.yaml")
         from shopdistill.sandbox.profile import load_sandbox
         catalog = load_sandbox(cfg.run, cfg.catalog, cfg.search, cfg.tasks)[0]
-        model, tok = load_policy("tiny", TINY, ids=catalog.ids[:200])
+        model, tok = load_policy("tiny", TINY)
         out = run_loop(cfg.run, cfg.arena_traces, cfg.arena, cfg.catalog, cfg.search, cfg.tasks, cfg.train.rollout,
                        LoopSettings(days=2, max_new_tokens=8), model, tok, progress=True)
     err = capsys.readouterr().err

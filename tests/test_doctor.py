@@ -1,4 +1,4 @@
-"""`shopdistill doctor`: the preflight of a profile, every problem at once. In CI it passes on a tiny stand-in of the full profile
+"""`shopdistill doctor`: the preflight of a profile, every problem at once. In CI it passes on a copy of the full profile
 (full.yaml with a local tiny model and small files at the paths the full profile names, GPU declared not required), and on a
 machine without a GPU it lists what the full profile lacks; `reproduce` and `train --stage` refuse to start such a profile."""
 import pytest
@@ -13,14 +13,14 @@ ROWS = repo_root() / "tests" / "fixtures" / "sn15_corpus_rows.jsonl"
 
 
 @pytest.fixture(scope="module")
-def standin(tmp_path_factory):
+def full_here(tmp_path_factory):
     "full.yaml with every path and model swapped for something that exists here; the GPU declared not required."
     from shopdistill.sandbox.catalog import Catalog, generate_catalog, write_catalog
     from shopdistill.sandbox.task_synthesis import synthesize_tasks
     from shopdistill.sandbox.tasks import save_tasks
     from shopdistill.training.policy import load_policy, save_policy
     from shopdistill.training.settings import TinySettings, TrainSettings
-    d = tmp_path_factory.mktemp("full-standin")
+    d = tmp_path_factory.mktemp("full-here")
     cat = Catalog.from_records(list(generate_catalog(300, seed=0)))
     write_catalog(cat, d / "documents.jsonl.gz")
     save_tasks(synthesize_tasks(cat, {"product": 3}, seed=0), d / "tasks" / "synthesize_product_test.jsonl")
@@ -31,15 +31,15 @@ def standin(tmp_path_factory):
     cfg["scoring"]["similarity"], cfg["judge"]["backend"] = "offline", "proxy"
     cfg["train"]["rollout"]["backend"], cfg["grpo"]["use_vllm"] = "transformers", False
     cfg["preflight"] = {"gpu": "not_required", "min_gpus": 1, "min_free_gb": 1}
-    (d / "full_standin.yaml").write_text(yaml.safe_dump(cfg))
-    return d / "full_standin.yaml"
+    (d / "full_here.yaml").write_text(yaml.safe_dump(cfg))
+    return d / "full_here.yaml"
 
 
-def test_the_preflight_passes_on_a_stand_in_of_the_full_profile(standin, capsys):
-    assert main(["doctor", "--profile", str(standin)]) == 0
+def test_the_preflight_passes_on_a_copy_of_the_full_profile_made_here(full_here, capsys):
+    assert main(["doctor", "--profile", str(full_here)]) == 0
     out = capsys.readouterr().out
-    assert "skipped  GPU: not required by this profile" in out and out.rstrip().endswith("profile full_standin: ready")
-    assert [r["check"] for r in profile_checks(load_config(standin)) if r["ok"] is False] == []
+    assert "skipped  GPU: not required by this profile" in out and out.rstrip().endswith("profile full_here: ready")
+    assert [r["check"] for r in profile_checks(load_config(full_here)) if r["ok"] is False] == []
 
 
 def test_the_full_profile_dry_run_passes_here(capsys):

@@ -238,7 +238,7 @@ def test_compact_lm_head_gives_the_same_log_probs():
     assert (compact[~mask] == 0).all()
 
 
-def test_full_profile_trainers_build_on_a_tiny_stand_in(tiny, tmp_path):
+def test_full_profile_trainers_build_on_the_tiny_model(tiny, tmp_path):
     "What the full profile's dry run does: the trainers build on CPU from full.yaml (LoRA on; vLLM off without a GPU, bf16 only where the CPU computes it)."
     from shopdistill.training.grpo import per_step_trainer
     model, tok = load_policy("tiny", TINY)

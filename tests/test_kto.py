@@ -101,7 +101,7 @@ def test_two_steps_finite_loss(tiny, tmp_path, bf16):
     assert m2.config.hidden_size == 32
 
 
-def test_full_profile_trainer_builds_on_a_tiny_stand_in(tmp_path):
+def test_full_profile_trainer_builds_on_the_tiny_model(tmp_path):
     from shopdistill.training.kto import kto_trainer
     model, tok = load_policy("tiny", TINY)
     s = load_config("full").kto

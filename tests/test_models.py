@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from shopdistill.training.settings import TinySettings, TrainSettings
-from shopdistill.training.policy import build_tiny_tokenizer, id_token_rows, load_policy, save_policy
+from shopdistill.training.policy import build_tiny_tokenizer, load_policy, save_policy
 from shopdistill.training.rendering import fit_messages, parse_assistant, render_prompt, sft_row, tool_schemas_for_training
 from shopdistill.training.loss import lm_loss
 from shopdistill.corpus.trajectory import assistant_message, make_tool_call, tool_message
@@ -16,7 +16,7 @@ SMALL = TrainSettings(tiny=TinySettings(hidden=32, layers=2, heads=2, kv_heads=2
 
 @pytest.fixture(scope="module")
 def policy():
-    return load_policy("tiny", SMALL, ids=IDS)
+    return load_policy("tiny", SMALL)
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def test_tokenizer_has_qwen_tokens_and_trl_template(policy):
     assert tok.chat_template == qwen3_chat_template and tok.padding_side == "left"
     for t in ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"):
         assert len(tok(t, add_special_tokens=False)["input_ids"]) == 1, t
-    assert tok.convert_ids_to_tokens(id_token_rows(tok)) == IDS
+    assert tok.get_vocab() == load_policy("tiny", SMALL)[1].get_vocab()  # built the same every time: stage 1 loads it more than once
 
 
 def test_generation_mask_covers_exactly_the_assistant_turns(policy, tools):
@@ -117,21 +117,21 @@ def test_save_load_keeps_what_the_folder_alone_would_lose(policy, tmp_path):
     model, tok = policy
     save_policy(model, tok, tmp_path / "p")
     m2, t2 = load_policy(str(tmp_path / "p"))
-    assert t2.padding_side == "left" and t2.max_tool_chars == SMALL.max_tool_chars and m2._fixed_rows == id_token_rows(tok)
-    x = torch.tensor([[5, 6, id_token_rows(tok)[0], 7]])
+    assert t2.padding_side == "left" and t2.max_tool_chars == SMALL.max_tool_chars and t2.get_vocab() == tok.get_vocab()
+    x = torch.tensor([[5, 6, 8, 7]])
     assert torch.allclose(model(input_ids=x).logits, m2(input_ids=x).logits, atol=1e-5)
 
 
-def test_fixed_id_rows_get_no_gradient_and_lm_loss_matches(policy):
+def test_lm_loss_matches_the_models_own(policy):
     model, tok = policy
     model.zero_grad()
-    ids = torch.tensor([[5, id_token_rows(tok)[1], 6, 7, id_token_rows(tok)[0], 9]])
+    ids = torch.tensor([[5, 11, 6, 7, 12, 9]])
     lab = ids.clone(); lab[0, :2] = -100
     loss = lm_loss(model, ids, torch.ones_like(ids), lab)
     assert abs(loss.item() - model(input_ids=ids, labels=lab).loss.item()) < 1e-4
     loss.backward()
-    g = model.get_input_embeddings().weight.grad
-    assert g[id_token_rows(tok)].abs().sum().item() == 0 and g.abs().sum().item() > 0
+    assert model.get_input_embeddings().weight.grad.abs().sum().item() > 0
+    model.zero_grad()
 
 
 def test_hub_id_fails_fast_with_a_clear_error():
@@ -145,19 +145,19 @@ def test_both_profiles_have_a_valid_train_section():
     from shopdistill.reproduce.settings import load_config
     smoke = load_config("smoke").train
     full = load_config("full").train
-    assert smoke.base == "smollm2-135m-instruct" and not smoke.standin.enabled and not smoke.sft.lora and smoke.rollout.backend == "vllm"
+    assert smoke.base == "smollm2-135m-instruct" and not smoke.sft.lora and smoke.rollout.backend == "vllm"
     assert full.base == "Qwen/Qwen3-4B" and full.max_length == 14_336 and full.sft.lora and full.sft.lora_r > 0
     assert (full.rejection.k, full.rejection.temperature, full.rejection.top_p) == (8, 0.9, 0.95) and len(full.sft.lr_sweep) > 1
-    assert full.max_tool_chars is None and not full.standin.enabled
+    assert full.max_tool_chars is None
     assert "base" in smoke.eval.sampled and smoke.eval.sampled_problems == 30
 
 
 @pytest.fixture
 def compact(policy):
-    "The module's tokenizer under the compact view, 100 tokens a result: the header and two of the page's three products fit."
+    "The module's tokenizer under the compact view, 120 tokens a result (ids split into digits): the header and two of the page's three products fit."
     _, tok = policy
     saved = tok.agent_view
-    tok.agent_view = {"style": "compact", "result_tokens": 100}
+    tok.agent_view = {"style": "compact", "result_tokens": 120}
     yield tok
     tok.agent_view = saved
 
@@ -179,14 +179,14 @@ def test_compact_view_is_one_rendering_for_sft_and_rollouts(compact, tools):
     assert '"parameters"' not in full_text and '"product_id"' not in full_text and "\n[1 more not shown]" in full_text
     assert f"{IDS[0]} | Red Mug 0 | 99.5 | 100001 | - | 0" in full_text
     page = next(m["content"] for m in row["messages"] if m["role"] == "tool")
-    assert len(tok(page.rsplit("\n", 1)[0] + "\n", add_special_tokens=False)["input_ids"]) <= 100  # the lines shown fit the budget
+    assert len(tok(page.rsplit("\n", 1)[0] + "\n", add_special_tokens=False)["input_ids"]) <= 120  # the lines shown fit the budget
 
 
 def test_a_checkpoint_keeps_the_view_it_was_trained_with(compact, tmp_path):
-    model, _ = load_policy("tiny", SMALL, ids=IDS)
+    model, _ = load_policy("tiny", SMALL)
     save_policy(model, compact, tmp_path / "p")
     _, tok2 = load_policy(str(tmp_path / "p"), TrainSettings())  # another profile's settings: the checkpoint's view wins
-    assert tok2.agent_view == {"style": "compact", "result_tokens": 100} and tok2.max_tool_chars == SMALL.max_tool_chars
+    assert tok2.agent_view == {"style": "compact", "result_tokens": 120} and tok2.max_tool_chars == SMALL.max_tool_chars
 
 
 def test_a_view_style_outside_the_two_is_refused():

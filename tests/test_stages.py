@@ -1,4 +1,4 @@
-"Chapter 05's stages: SFT learns and resumes, drills never answer with reserved products, evaluation problems stay unseen."
+"Chapter 05's stages: SFT learns and resumes, evaluation problems stay unseen, the stage table keeps recipe order."
 import json
 from dataclasses import replace
 
@@ -10,7 +10,6 @@ from shopdistill.training.policy import load_policy
 from shopdistill.training.evaluation import corpus_clusters, heldout_problems
 from shopdistill.training.sft import corpus_loss, sft
 from shopdistill.training.trainer import last_checkpoint
-from shopdistill.training.standin import reserved_products, standin_documents
 from shopdistill.training.stages import stage_table
 from shopdistill.training.teacher import teacher_trajectory
 from shopdistill.training.rendering import sft_row, tool_schemas_for_training
@@ -34,7 +33,7 @@ def world():
 @pytest.fixture(scope="module")
 def rows(world):
     catalog, engine, problems = world
-    _, tok = load_policy("tiny", SMALL, ids=catalog.ids)
+    _, tok = load_policy("tiny", SMALL)
     tools = tool_schemas_for_training()
     return tok, [sft_row(tok, teacher_trajectory(p, engine)["messages"], tools) for p in problems]
 
@@ -51,11 +50,10 @@ def test_teacher_trajectories_are_canonical(world):
     assert trajectory_problems(full) == []
 
 
-def test_tiny_sft_lowers_loss_and_resumes_from_its_checkpoint(world, rows, tmp_path):
-    catalog, _, _ = world
+def test_tiny_sft_lowers_loss_and_resumes_from_its_checkpoint(rows, tmp_path):
     tok, data = rows
-    model, _ = load_policy("tiny", SMALL, ids=catalog.ids)
-    # same tokenizer for the model: rebuild deterministically (same texts, same ids) and check it is the same
+    model, _ = load_policy("tiny", SMALL)
+    # same tokenizer for the model: rebuilt deterministically, so it is the same
     assert model.config.vocab_size == len(tok)
     before = corpus_loss(model, tok, data, SMALL.max_length)
     out = StageFolder(tmp_path / "s")
@@ -67,7 +65,7 @@ def test_tiny_sft_lowers_loss_and_resumes_from_its_checkpoint(world, rows, tmp_p
     # an interrupted run: the final model is gone, the checkpoint remains; a longer run resumes at step 6
     import shutil
     shutil.rmtree(out.policy)
-    sft(load_policy("tiny", SMALL, ids=catalog.ids)[0], tok, data, SMALL, out, max_steps=9)
+    sft(load_policy("tiny", SMALL)[0], tok, data, SMALL, out, max_steps=9)
     log = json.loads(out.train_log.read_text())
     assert log["resumed_from"].endswith("checkpoint-6") and log["global_step"] == 9
     assert [h["step"] for h in log["log_history"] if "loss" in h] == list(range(1, 10))  # the checkpoint carries the log of steps 1-6
@@ -75,35 +73,21 @@ def test_tiny_sft_lowers_loss_and_resumes_from_its_checkpoint(world, rows, tmp_p
     assert sft(None, tok, data, SMALL, out) == out.policy
 
 
-def test_a_stage_killed_after_a_checkpoint_ends_with_the_same_weights(world, rows, tmp_path):
+def test_a_stage_killed_after_a_checkpoint_ends_with_the_same_weights(rows, tmp_path):
     "Resuming from the last checkpoint (model, optimizer, scheduler, RNG, data order) gives the uninterrupted run's weights, bit for bit."
     import shutil
     import torch
-    catalog, _, _ = world
     tok, data = rows
     out = StageFolder(tmp_path / "s")
-    sft(load_policy("tiny", SMALL, ids=catalog.ids)[0], tok, data, SMALL, out, max_steps=6)
+    sft(load_policy("tiny", SMALL)[0], tok, data, SMALL, out, max_steps=6)
     whole = {k: v.clone() for k, v in load_policy(str(out.policy))[0].state_dict().items()}
     # the run as a kill after step 3 leaves it: checkpoint-3, no later checkpoint, no final model
     shutil.rmtree(out.policy); shutil.rmtree(out.trainer / "checkpoint-6")
-    sft(load_policy("tiny", SMALL, ids=catalog.ids)[0], tok, data, SMALL, out, max_steps=6)
+    sft(load_policy("tiny", SMALL)[0], tok, data, SMALL, out, max_steps=6)
     assert json.loads(out.train_log.read_text())["resumed_from"].endswith("checkpoint-3")
     resumed = load_policy(str(out.policy))[0].state_dict()
     assert whole.keys() == resumed.keys()
     assert [k for k in whole if not torch.equal(whole[k], resumed[k])] == []
-
-
-def test_drills_never_answer_with_a_reserved_product(world):
-    catalog, engine, problems = world
-    bank = [{**p, "pool": "open" if k % 2 else "held_out"} for k, p in enumerate(problems)]
-    reserved = reserved_products(bank)
-    assert reserved == {problems[k]["reward"]["product_id"] for k in range(0, len(problems), 2)}
-    docs = standin_documents(bank, engine, 300, seed=0, max_chars=300)
-    answers = {tok for _, a in docs for tok in a.replace(",", " ").replace(".", " ").split()}
-    assert not answers & reserved
-    assert {d[0].split(":")[0] for d in docs} == {"ids", "search", "request"}
-    held = " ".join(problems[k]["query"] for k in range(0, len(problems), 2))
-    assert not any(p["query"] in d[0] for d in docs for p in problems[0::2])
 
 
 def test_heldout_problems_skip_clusters_the_corpus_holds():
@@ -143,16 +127,3 @@ def test_stage_table_orders_stages_found_on_disk(tmp_path):
         train.stage(s).make().evaluation.write_text(json.dumps({"stage": s}))
     assert [r["stage"] for r in stage_table(train)] == ["base", "stage1_sft", "dr_grpo", "zzz_extra"]
 
-
-def test_drill_rows_mix_in_at_the_asked_share(rows):
-    from shopdistill.training.sft import drill_rows, mix_rows
-    from trl.chat_template_utils import get_training_chat_template
-    tok, data = rows
-    drills = drill_rows([("ids: 1000000003\nthe same ids: ", "1000000003")] * 10)
-    mixed = mix_rows(data, drills, 0.5, seed=0)
-    assert len(mixed) == 2 * len(data) and sum(r["tools"] == "[]" for r in mixed) == len(data)
-    assert mix_rows(data, drills, 0.0) == data
-    enc = tok.apply_chat_template(drills[0]["messages"], tools=None, chat_template=get_training_chat_template(tok), tokenize=True,
-                                  return_dict=True, return_assistant_tokens_mask=True)
-    answer = tok.decode([i for i, m in zip(enc["input_ids"], enc["assistant_masks"]) if m])
-    assert "1000000003<|im_end|>" in answer and "<tools>" not in tok.decode(enc["input_ids"])

@@ -1,4 +1,4 @@
-"""`shopdistill train --dry-run`: the full profile's trainers are built (on a tiny stand-in model) in CI, so a broken
+"""`shopdistill train --dry-run`: the full profile's trainers are built (on the tiny model) in CI, so a broken
 full configuration fails here rather than on a GPU node."""
 import re
 from pathlib import Path

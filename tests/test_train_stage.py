@@ -17,7 +17,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
-# The tiny stand-in: a 2-layer Qwen3 of width 32 built offline, 4 SFT steps of a global batch of 4 conversations.
+# The tiny model: a 2-layer Qwen3 of width 32 built offline, 4 SFT steps of a global batch of 4 conversations.
 PROFILE = {
     "seed": 0,
     "catalog": {"n_products": 300, "seed": 0},
@@ -25,7 +25,7 @@ PROFILE = {
     "scoring": {"similarity": "offline"},
     "judge": {"backend": "proxy"},
     "train": {"base": "tiny", "max_length": 2048, "max_tool_chars": 150, "dtype": "float32",
-              "tiny": {"hidden": 32, "layers": 2, "heads": 2, "kv_heads": 2, "intermediate": 64, "bpe_vocab": 400, "id_tokens": False},
+              "tiny": {"hidden": 32, "layers": 2, "heads": 2, "kv_heads": 2, "intermediate": 64, "bpe_vocab": 400},
               "sft": {"categories": ["product"], "lr": 0.003, "lr_sweep": [0.003], "batch_size": 1, "grad_accum": 4, "max_steps": 4,
                       "lora": False, "bf16": False, "save_steps": 4, "logging_steps": 1, "warmup_ratio": 0.0, "scheduler": "constant"},
               "rollout": {"backend": "transformers", "batch_size": 4, "step_cap": 2, "max_new_tokens": 8, "max_prompt_tokens": 2048},

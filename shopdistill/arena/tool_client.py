@@ -85,7 +85,7 @@ _STUB_STOP = set("a an the and or of for to in on with by from at is are be it t
                  "like want need find show get looking some any also which have has under below above over than between".split())
 
 def stub_model_reply(messages) -> str:
-    "The sandbox's stand-in model: the content words of the last message, at most twelve (deterministic)."
+    "The sandbox's simulated model: the content words of the last message, at most twelve (deterministic)."
     last = messages[-1].get("content", "") if messages and isinstance(messages[-1], dict) else str(messages or "")
     words = [w for w in "".join(c.lower() if c.isalnum() else " " for c in str(last)).split() if w not in _STUB_STOP]
     return " ".join(list(dict.fromkeys(words))[:12])

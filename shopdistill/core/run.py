@@ -161,7 +161,6 @@ class StageFolder(Layout):
     kto_episodes: Path = _name("episodes.jsonl.gz", "stage 4: the episodes KTO learns from")
     sweep: Path = _name("sweep", "the learning-rate sweep's short runs")
     sweep_result: Path = _name("sweep.json", "the learning rates tried and the best one")
-    standin: Path = _name("standin.json", "smoke only: the stand-in base's drills")
     states: Path = _name("states.json", "stage 5: the screened states")
 
     @property

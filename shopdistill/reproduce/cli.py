@@ -81,9 +81,9 @@ def _score(args) -> int:
 # %% ../../nbs/99_reproduce/02_cli.ipynb #1f2b3389
 def _train_arguments(p):
     p.add_argument("--profile", default="smoke", help="settings file under configs/ (default: smoke)")
-    p.add_argument("--stage", metavar="NAME", help="run one stage: standin, base, stage1_sft (sft), stage2_rejection (rejection), stage3_teacher "
+    p.add_argument("--stage", metavar="NAME", help="run one stage: base, stage1_sft (sft), stage2_rejection (rejection), stage3_teacher "
                    "(teacher), stage4_kto (kto), dr_grpo (grpo), outcome_grpo; under `accelerate launch` every process trains, the main one writes")
-    p.add_argument("--dry-run", action="store_true", help="build every trainer on a tiny stand-in model with the profile's settings, train nothing")
+    p.add_argument("--dry-run", action="store_true", help="build every trainer on the tiny model with the profile's settings, train nothing")
     p.add_argument("--start-policy", action="store_true", help="with --stage: print the policy the stage starts from (e.g. for trl vllm-serve --model) and exit")
     p.add_argument("--force", action="store_true", help="re-run chapters 05 and 06 even when unchanged; with --stage: delete the stage's folder first")
     p.add_argument("--no-preflight", action="store_true", help="skip the checks a profile that needs a GPU gets before any work (shopdistill doctor)")
@@ -116,10 +116,9 @@ def _train_stage(s, name: str, force: bool, check: bool) -> int:
     run.make()
     with _run_lock(run) if main_process else nullcontext():
         row = run_stage(name, load_recipe(run, s.train, s.catalog, s.search, s.tasks), s.kto, s.grpo)
-        if main_process and row is not None and name != "standin": stage_frame(run.train())  # the stage table, this row included
+        if main_process and row is not None: stage_frame(run.train())  # the stage table, this row included
     if not main_process: return 0
-    if row is None: print(f"stage {name}: nothing to do for profile {s.profile}")  # the stand-in of a profile that has none
-    if name == "standin": print(f"stand-in: drill accuracy {row['drill_accuracy']}, {row['seconds']:.0f} s -> {run.stage(name).policy}")
+    if row is None: print(f"stage {name}: nothing to do for profile {s.profile}")
     else: print(f"stage {name}: ASR {100 * row['asr']:.1f}% [{100 * row['asr_lo']:.1f}, {100 * row['asr_hi']:.1f}] on {row['n_problems']} held-out "
                 f"problems ({row['n_samples']} episodes); policy {start_policy(name, run, s.train) if name == 'base' else run.stage(name).policy}")
     return 0

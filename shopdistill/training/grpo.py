@@ -48,7 +48,7 @@ class GrpoSettings(LoraSettings):
     lr: float = 1e-6
     scheduler: str = "constant"
     warmup_ratio: float = 0.0
-    weight_decay: float = 0.0  # also keeps the tiny model's fixed id rows where they are
+    weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999
