@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from shopdistill.reproduce.settings import load_config
-from shopdistill.training.policy import load_policy
+from shopdistill.training.policy import load_policy, load_tokenizer
 from shopdistill.training.rendering import render_prompt, sft_row, tool_schemas_for_training
 from shopdistill.training.loss import lm_loss
 
@@ -91,7 +91,7 @@ def rollout_speed(model, tok, prompts, bs, new_tokens, batched):
 
 def view_tokens(ts, rows) -> dict:
     "Mean, median and max tokens of `rows` (stage 1's conversations) in three renderings under the base's tokenizer."
-    tok, tools, out = load_policy(ts.base, ts)[1], tool_schemas_for_training(), {}
+    tok, tools, out = load_tokenizer(ts.base, ts), tool_schemas_for_training(), {}  # no weights: only tokens are counted
     mine = dict(tok.agent_view)
     for name, view, chars in (("paper, whole results", {"style": "paper"}, None), ("paper, results cut at 300 chars", {"style": "paper"}, 300),
                               (f"this profile ({mine['style']}, {mine.get('result_tokens') or 'no'} tokens a result)", mine, None)):
