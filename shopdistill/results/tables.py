@@ -4,12 +4,13 @@
 
 # %% auto #0
 __all__ = ['STYLES', 'FUNNEL_PUBLISHED', 'STAGE_WORDS', 'arena_table', 'funnel_table', 'confusion_table', 'audits_table',
-           'main_results_table', 'per_category_table', 'prose_macros', 'published_macros']
+           'main_results_table', 'per_category_table', 'did_sentence', 'grpo_pass_sentence', 'prose_macros',
+           'published_macros']
 
 # %% ../../nbs/07_results/03_tables.ipynb #d6a6f1b7
 from .collect import STAGE_LABELS
 from .published import published_value
-from .tex import Quoted, booktabs, change_sentence, gap_sentence, interval_sentence, macro_name
+from .tex import Quoted, booktabs, change_sentence, change_verdict, gap_sentence, interval_sentence, macro_name
 
 # %% ../../nbs/07_results/03_tables.ipynb #6d68f057
 STYLES = ("agentic", "subtask", "decoy")
@@ -100,20 +101,115 @@ def per_category_table(q: Quoted, stages: list[str], categories: list[str], sour
     return booktabs(["system", "source", *[f"{c} %" for c in categories]], rows, "Held-out ASR per category (production-strict).", "tab:category",
                     align="ll" + "r" * len(categories))
 
-# %% ../../nbs/07_results/03_tables.ipynb #e4da412e
+# %% ../../nbs/07_results/03_tables.ipynb #7089f197
 STAGE_WORDS = {"base": "the base model", "stage1_sft": "SFT", "stage2_rejection": "rejection-sampled re-SFT", "stage3_teacher": "teacher-SFT",
                "stage4_kto": "KTO", "dr_grpo": "Dr.~GRPO", "outcome_grpo": "outcome-reward GRPO"}  # stage names in words: digits in a sentence would be numbers
 
 
+class _Facts:
+    "What stage `s` trained on, from `q.results` (`stage.<s>.train.<fact>`): whether it has facts, their values, their quotes with a noun."
+    def __init__(self, q: Quoted, s: str): self.q, self.p = q, f"stage.{s}.train."
+    def has(self, *ks) -> bool: return all(self.p + k in self.q.results for k in ks)
+    def __getitem__(self, k): return self.q.results[self.p + k]
+    def n(self, k, one: str, many: str) -> str: return f"{self.q.run(self.p + k, '{:,}')} {one if self[k] == 1 else many}"
+    def steps(self) -> str: return f" for {self.n('steps', 'optimizer step', 'optimizer steps')}" if self.has("steps") else ""
+
+
+def _did_sft(f: _Facts, prev: str) -> str | None:
+    return f"trains {prev} on the corpus's conversations{f.steps()}" if f.has("steps") else None
+
+
+def _did_rejection(f: _Facts, prev: str) -> str | None:
+    if not f.has("samples", "problems", "successes"): return None
+    head = f"samples {f.n('samples', 'episode', 'episodes')} of {prev}'s policy on {f.n('problems', 'training problem', 'training problems')}"
+    if not f["successes"]: return f"{head} and finds no success, so it has nothing of its own to train on: it keeps {prev}'s policy unchanged"
+    solved = f" (on {f.n('problems_solved', 'problem', 'problems')})" if f.has("problems_solved") else ""
+    rows = f" ({f.n('rows', 'row', 'rows')} in all)" if f.has("rows") else ""
+    return f"{head} and finds {f.n('successes', 'success', 'successes')}{solved}; the SFT continues{f.steps()} on what it found, mixed with the corpus's conversations{rows}"
+
+
+def _did_teacher(f: _Facts, prev: str) -> str | None:
+    if not f.has("problems", "successes"): return None
+    head = f"has the reference agent play {f.n('problems', 'race-bank problem', 'race-bank problems')}"
+    if not f["successes"]: return f"{head}; it solves none, so there is nothing to train on and the policy stays {prev}'s"
+    rows = f" ({f.n('rows', 'training row', 'training rows')})" if f.has("rows") else ""
+    return f"{head} and continues the SFT{f.steps()} on its {f.n('successes', 'success', 'successes')}{rows}"
+
+# %% ../../nbs/07_results/03_tables.ipynb #8e0385d4
+def _did_kto(f: _Facts, prev: str) -> str | None:
+    if not f.has("desirable", "undesirable"): return None
+    und = f.n("undesirable", "failure", "failures")
+    if not f.has("episodes", "desirable_own", "desirable_corpus"):  # an older run: no split of the desirable side
+        return f"learns{f.steps()} from {f.n('desirable', 'desirable episode', 'desirable episodes')} against {f.n('undesirable', 'undesirable one', 'undesirable ones')}"
+    head = f"plays {f.n('episodes', 'episode', 'episodes')} with {prev}'s policy"
+    own, corpus = f["desirable_own"], f["desirable_corpus"]
+    if own and not corpus: return f"{head} and learns{f.steps()} from its {f.n('desirable_own', 'success', 'successes')} as desirable against its {und} as undesirable"
+    if own: return (f"{head}; its desirable side is its {f.n('desirable_own', 'own success', 'own successes')} topped up with "
+                    f"{f.n('desirable_corpus', 'corpus trajectory', 'corpus trajectories')} ({f.n('desirable', 'example', 'examples')} in all), against its {und}, and it learns from them{f.steps()}")
+    if corpus: return (f"{head} and succeeds in none, so its desirable side is corpus trajectories only "
+                       f"({f.n('desirable_corpus', 'trajectory', 'trajectories')}), against its {und}, and it learns from them{f.steps()}")
+    return f"{head} and succeeds in none; with no desirable example it learns{f.steps()} from its {und} alone"
+
+
+def _did_grpo(f: _Facts, prev: str) -> str | None:
+    if f.has("states_screened", "states_mixed"):
+        head = f"screens {f.n('states_screened', 'state', 'states')} of the corpus's conversations with {prev}'s policy"
+        trained = f["steps"] > 0 if f.has("steps") else f.has("states_kept") and f["states_kept"] > 0
+        if trained:
+            kept = f"trains on {f.n('states_kept', 'state', 'states')}" if f.has("states_kept") else "trains on them"
+            return f"{head}, finds {f.n('states_mixed', 'state', 'states')} with mixed rewards (samples that score differently, the only states that give a gradient) and {kept}{f.steps()}"
+        if not f["states_mixed"]:
+            return f"{head} and finds none with mixed rewards (every sample of a state scores alike, so no state gives a gradient): it has nothing to learn from and does not train, and its policy is {prev}'s"
+        return f"{head} and finds {f.n('states_mixed', 'state', 'states')} with mixed rewards but trains on none of them: its policy is {prev}'s"
+    if not f.has("steps"): return None
+    if not f["steps"]: return f"does not train: its policy is {prev}'s"
+    probs = f" on {f.n('problems', 'training problem', 'training problems')}" if f.has("problems") else ""
+    return f"plays the sandbox{probs} and trains on the outcome reward{f.steps()}"  # outcome GRPO: no states screened
+
+
+_DID = {"stage1_sft": _did_sft, "stage2_rejection": _did_rejection, "stage3_teacher": _did_teacher, "stage4_kto": _did_kto, "dr_grpo": _did_grpo,
+        "outcome_grpo": _did_grpo}
+
+
+def did_sentence(q: Quoted, stage: str, prev: str) -> str:
+    """A verb phrase saying what `stage` had to learn from, chosen by its counts (`stage.<stage>.train.*`, `results.collect.stage_facts`),
+    `prev` being the stage it started from; a stage without a record in the run says so."""
+    said = _DID[stage](_Facts(q, stage), STAGE_WORDS.get(prev, prev)) if stage in _DID else None
+    return said or "leaves no record in this run of what it trained on"
+
+# %% ../../nbs/07_results/03_tables.ipynb #8326de42
+def grpo_pass_sentence(q: Quoted, before: str, after: str) -> str:
+    """The paper's claim for GRPO, that it turns pass@8 headroom into pass@1, on this run: stage `before`'s pass@1 and pass@8
+    against stage `after`'s on the problems both were sampled on, the change of pass@1 in words its paired interval chooses
+    (`stage.<after>.vs_prev.pass@1`), and whether pass@1 moved toward the pass@8 `before` had."""
+    r, b, a, d = q.results, f"stage.{before}", f"stage.{after}", f"stage.{after}.vs_prev.pass@1"
+    wb, wa = STAGE_WORDS.get(before, before), STAGE_WORDS.get(after, after)
+    n, p1b, p8b = q.run(f"{a}.pass_problems", "{:d}"), q.run(f"{b}.pass@1", "{:.1f}", 100), q.run(f"{b}.pass@8", "{:.1f}", 100)
+    headroom = r[f"{b}.pass@8"] > r[f"{b}.pass@1"]
+    head = f"on the {n} held-out problems both stages sampled, " + (f"{wb} leaves pass@8 at {p8b}\\% against a pass@1 of {p1b}\\%" if headroom else
+                                                                     f"{wb}'s pass@8 equals its pass@1 ({p1b}\\%), no headroom to convert")
+    change = change_sentence(q, f"{b}.pass@1", f"{a}.pass@1", d + ".diff", d + ".lo", d + ".hi", what="pass@1")
+    verdict = change_verdict(r[d + ".lo"], r[d + ".hi"])
+    if verdict == "up": tail = f"pass@1 {'moves toward' if r[a + '.pass@1'] < r[b + '.pass@8'] else 'reaches'} the pass@8 {wb} had"
+    elif verdict == "down": tail = f"pass@1 moves away from the pass@8 {wb} had"
+    else: tail = "this run does not show GRPO turning pass@8 headroom into pass@1" if headroom else "with no headroom, this run cannot test the claim"
+    return f"{head}; {wa} {change}, with a pass@8 of {q.run(a + '.pass@8', '{:.1f}', 100)}\\%; {tail}"
+
+# %% ../../nbs/07_results/03_tables.ipynb #e4da412e
 def prose_macros(q: Quoted, stages: list[str]) -> dict[str, str]:
-    """The paper's result sentences, chosen by the run's numbers (`Quoted.say`): `\\Change<Stage>` for each stage against the
-    one before it, `\\RecipeChange` from the first stage to the last (named by `\\RecipeLastStage`), and `\\PassGap` for the
-    last supervised stage sampled more than once (named by `\\PassGapStage`)."""
+    """The paper's result sentences, chosen by the run's numbers (`Quoted.say`): `\\Did<Stage>` (what it had to learn from) and
+    `\\Change<Stage>` (against the stage before) for each stage after the first, `\\RecipeChange` from the first stage to the last
+    (named by `\\RecipeLastStage`), `\\PassGap` for the last supervised stage sampled more than once (named by `\\PassGapStage`),
+    and `\\GrpoPassClaim` (stage 5's pass@1 against stage 4's pass@8 headroom) when both were sampled on the same problems."""
     out = {}
     for prev, s in zip(stages, stages[1:]):
         p = f"stage.{s}"
+        out[macro_name("did", s)] = did_sentence(q, s, prev)
         if p + ".vs_prev.diff" in q.results:
             out[macro_name("change", s)] = change_sentence(q, f"stage.{prev}.asr", p + ".asr", p + ".vs_prev.diff", p + ".vs_prev.lo", p + ".vs_prev.hi")
+        if (prev == "stage4_kto" and s in ("dr_grpo", "outcome_grpo") and p + ".vs_prev.pass@1.diff" in q.results
+                and all(q.results.get(f"stage.{x}.pass@8") is not None for x in (prev, s))):
+            out["GrpoPassClaim"] = grpo_pass_sentence(q, prev, s)
     if len(stages) > 1:
         first, last = (tuple(f"stage.{s}.{k}" for k in ("asr", "asr_lo", "asr_hi")) for s in (stages[0], stages[-1]))
         out["RecipeChange"], out["RecipeLastStage"] = interval_sentence(q, first, last), STAGE_WORDS.get(stages[-1], stages[-1])
