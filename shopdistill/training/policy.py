@@ -73,6 +73,7 @@ def _view_on(tok, settings: TrainSettings, meta: dict | None = None) -> None:
     tok.agent_view = meta.get("agent_view", asdict(settings.view))
 
 
+# %% ../../nbs/05_supervised_stack/03_policy.ipynb #362bc888
 def _source(spec: str) -> tuple[str, dict, bool | None]:
     "Where `spec` loads from: (folder or hub id, the checkpoint's `shopdistill.json`, hub reachable; None for a folder)."
     folder = provision_base(spec) if spec in BASES else Path(spec)  # a packaged base: converted once into the cache
