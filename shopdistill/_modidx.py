@@ -2349,6 +2349,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                                'shopdistill/training/rendering.py'),
                                                 'shopdistill.training.rendering._text': ( '05_supervised_stack/rendering.html#_text',
                                                                                           'shopdistill/training/rendering.py'),
+                                                'shopdistill.training.rendering.agent_view': ( '05_supervised_stack/rendering.html#agent_view',
+                                                                                               'shopdistill/training/rendering.py'),
                                                 'shopdistill.training.rendering.budget_lines': ( '05_supervised_stack/rendering.html#budget_lines',
                                                                                                  'shopdistill/training/rendering.py'),
                                                 'shopdistill.training.rendering.compact_result': ( '05_supervised_stack/rendering.html#compact_result',

@@ -18,7 +18,7 @@ from pathlib import Path
 from ..core.files import write_json
 from ..core.run import StageFolder
 from ..sandbox.tools import ShoppingEnv
-from .rendering import ELIDED, render_prompt
+from .rendering import ELIDED, agent_view, render_prompt
 from .rewards import REWARD_RANGE, per_step_reward, step_reward
 from .rollout import BACKENDS, close_vllm, episode_seed
 from .evaluation import evaluate_stage, reuse_evaluation
@@ -233,7 +233,7 @@ def outcome_rows(problems: list[dict]) -> list[dict]:
 def outcome_trainer(model, tok, problems: list[dict], engine, settings: GrpoSettings, stage: StageFolder, *, cpu: bool | None = None):
     """The GRPOTrainer of outcome-reward GRPO (the sandbox as `environment_factory`), built but not trained. Only the paper's
     view: TRL renders the environment's results itself, so a compact-view policy would train on text it never reads elsewhere."""
-    view = (getattr(tok, "agent_view", None) or {}).get("style", "paper")
+    view = agent_view(tok)["style"]
     if view != "paper":
         raise ValueError(f"outcome GRPO: train.view.style is {view!r}; TRL's environment loop renders tool results in the "
                          "paper's view only (use grpo.reward: per_step, or train.view.style: paper)")
@@ -267,7 +267,7 @@ def _screened(r: Recipe, model, tok, gs: GrpoSettings, stage: StageFolder) -> di
         steps = datasets.load_from_disk(str(r.run.corpus().steps))["train"]
         rows, drawn = state_rows(steps, tok, max_prompt_tokens=gs.max_prompt_tokens, limit=gs.screen_states, seed=gs.seed)
         kept, report = screen_states(model, tok, rows, gs, backend=r.ts.rollout.backend)
-        close_vllm()  # the engine's KV cache is not needed while GRPO trains
+        if r.ts.rollout.backend == "vllm": close_vllm()  # its KV cache is not needed while GRPO trains
         report["draw"] = {**drawn, "train_states": len(steps)}
         saved = {"settings": key, "report": report, "kept": kept}
         write_json(stage.make().states, saved)

@@ -4,7 +4,8 @@
 
 # %% auto #0
 __all__ = ['ELIDED', 'HIT_HEADER', 'tool_schemas_for_training', 'fit_messages', 'template_messages', 'render_prompt',
-           'compact_tool', 'compact_result', 'budget_lines', 'view_state', 'token_parts', 'sft_row', 'parse_assistant']
+           'compact_tool', 'compact_result', 'budget_lines', 'agent_view', 'view_state', 'token_parts', 'sft_row',
+           'parse_assistant']
 
 # %% ../../nbs/05_supervised_stack/01_rendering.ipynb #68356bf9
 import inspect
@@ -120,10 +121,15 @@ def budget_lines(tok, lines: list[str], budget: int) -> str:
     return "\n".join(out)
 
 
+def agent_view(tok) -> dict:
+    "The view `tok` was loaded with (`tok.agent_view`, from `train.view`); a tokenizer without one sees the paper's."
+    return getattr(tok, "agent_view", None) or {"style": "paper"}
+
+
 def view_state(tok, messages: list, tools: list, max_tool_chars="auto") -> tuple[list, list]:
     """(messages, tools) as the model sees them under the tokenizer's view (`tok.agent_view`, from `train.view`): `paper`
     fits the tool results to `max_tool_chars` (`"auto"`: the tokenizer's setting); `compact` rewrites tools and results."""
-    view = getattr(tok, "agent_view", None) or {"style": "paper"}
+    view = agent_view(tok)
     msgs = template_messages(messages)
     if view["style"] != "compact": return fit_messages(msgs, _fit_limit(tok, max_tool_chars)), tools
     budget = view.get("result_tokens") or 0
