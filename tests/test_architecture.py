@@ -76,6 +76,24 @@ def test_no_module_imports_a_later_one_or_hides_an_import_in_a_function():
                 assert order[target] < order[mod], f"{mod} imports the later module {target}"
 
 
+def test_each_package_holds_consecutive_chapters():
+    """A package is one floor of the house: its notebooks stand together in reading order, so an import between two packages
+    always runs down the chapters (chapter 00's rules live in `mechanics/`, below the sandbox; chapter 02's arena above it)."""
+    packages = [m.split(".")[0] for m, _ in sorted(module_order().items(), key=lambda kv: kv[1])]
+    runs = [p for i, p in enumerate(packages) if i == 0 or p != packages[i - 1]]
+    assert len(runs) == len(set(runs)), f"a package's notebooks are split by another package's: {runs}"
+
+
+def test_no_module_imports_another_modules_private_name():
+    "A `_name` is its module's own: a name another module needs is public, and demonstrated where it is defined."
+    for p in sorted(LIB.rglob("*.py")):
+        if p.name == "_modidx.py": continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("shopdistill")):
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                assert not private, f"{p.relative_to(ROOT)} imports {private} from {node.module}"
+
+
 def test_no_code_cell_is_longer_than_sixty_lines():
     "One piece per cell, then what runs it: a cell a reader can take in at once."
     long = [f"{nb.relative_to(NBS)} cell {i}: {c['source'].count(chr(10)) + 1} lines"

@@ -12,7 +12,7 @@ import json
 import re
 from dataclasses import dataclass
 from .envelope import render_content
-from .paraphrase import voucher_block
+from ..mechanics.paraphrase import voucher_block
 from .tool_client import current_client, episode_env
 from ..sandbox.reference_agent import Item, ReferenceAgent, match_score, parse_price, parse_services, split_items
 from ..sandbox.tools import call_tool, episode_state

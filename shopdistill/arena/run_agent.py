@@ -22,7 +22,7 @@ from .envelope import make_envelope
 from .isolation import AGENT_DIR, COMPAT_DIR, LIB_DIR, PROXY_SOCKET, Sandbox, SandboxLimits
 from .miners import problem_for_agent
 from .proxy import ProxyServer
-from .rules import final_score, judge_coefficient
+from ..mechanics.rules import final_score, judge_coefficient
 from .sn15_api import SN15_SHIMS
 from .tool_client import TOKEN_ENV, TOOL_URL_ENV
 from .validator import AgentOutputError, Limits, build_dialogue, gate_proxy_judge, normalise_steps, problem_success

@@ -19,13 +19,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from fastcore.basics import patch
-from .bank import build_bank
-from .clusters import leak_clusters
+from ..mechanics.bank import build_bank
+from ..mechanics.clusters import leak_clusters
 from .envelope import make_envelope
 from .firehose import ShardWriter, gzip_member
 from .miners import MinerAgent, MinerSpec, STYLES, VARIANTS
-from .pools import assign_pools, public_suite, race_problems
-from .rules import ArenaSettings, Entry, final_score, judge_coefficient, qualifiers, race_standings, race_winner, u16_weights, weight_vector
+from ..mechanics.pools import assign_pools, public_suite, race_problems
+from ..mechanics.rules import ArenaSettings, Entry, final_score, judge_coefficient, qualifiers, race_standings, race_winner, u16_weights, weight_vector
 from .tool_client import InProcessToolClient, ProxyLog, SearchCache, SimClock
 from .validator import Limits, gate_proxy_judge, problem_success, run_problem
 from ..core.run import ArenaFolder, Run
@@ -386,8 +386,8 @@ def _write_parquet(rows: list, path: Path):
 
 # %% ../../nbs/02_arena_traces/05_season.ipynb #21a4701c
 SEASON_MODULES = ("sandbox.catalog", "sandbox.analyzer", "sandbox.search", "sandbox.tasks", "sandbox.task_synthesis", "sandbox.similarity",
-                  "sandbox.scoring", "sandbox.tools", "sandbox.reference_agent", "sandbox.profile", "arena.rules", "arena.paraphrase",
-                  "arena.bank", "arena.clusters", "arena.pools", "arena.envelope", "arena.tool_client", "arena.miners", "arena.validator",
+                  "sandbox.scoring", "sandbox.tools", "sandbox.reference_agent", "sandbox.profile", "mechanics.rules", "mechanics.paraphrase",
+                  "mechanics.bank", "mechanics.clusters", "mechanics.pools", "arena.envelope", "arena.tool_client", "arena.miners", "arena.validator",
                   "arena.firehose", "arena.season")  # the code a season's bytes depend on (modules of `shopdistill`)
 
 def module_source(name: str) -> bytes:

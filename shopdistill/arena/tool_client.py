@@ -18,7 +18,7 @@ import urllib.request
 import urllib.parse
 from contextlib import contextmanager
 from .envelope import INFERENCE_PATH
-from ..sandbox.tools import ShoppingEnv, _as_id_string
+from ..sandbox.tools import ShoppingEnv, id_string
 
 # %% ../../nbs/02_arena_traces/01_tool_client.ipynb #37a50ab0
 SEARCH_TOOLS = ("find_product", "view_product_information", "get_product_raw")
@@ -105,11 +105,11 @@ class ToolClient:
 
     def view_product_information(self, product_ids) -> list:
         "Descriptions, option sets and attributes of comma-separated product ids."
-        return self.search("view_product_information", product_ids=_as_id_string(product_ids))[0]
+        return self.search("view_product_information", product_ids=id_string(product_ids))[0]
 
     def get_product_raw(self, product_ids) -> list:
         "Full product records of comma-separated product ids."
-        return self.search("get_product_raw", product_ids=_as_id_string(product_ids))[0]
+        return self.search("get_product_raw", product_ids=id_string(product_ids))[0]
 
     def search(self, tool: str, **params) -> tuple[list, str]:
         "(results, their JSON text) of one search route; None-valued parameters are left out, as a URL would leave them."
@@ -301,7 +301,7 @@ class ClientEnv(ShoppingEnv):
 
     def view_product_information(self, product_ids: str) -> str:
         "Show products' descriptions, option sets and attributes (see ShoppingEnv.view_product_information)."
-        return self.client.search("view_product_information", product_ids=_as_id_string(product_ids))[1]
+        return self.client.search("view_product_information", product_ids=id_string(product_ids))[1]
 
 
 def episode_env(client: ToolClient | None = None, step_cap: int = 25) -> ClientEnv:

@@ -4,8 +4,9 @@
 
 # %% auto #0
 __all__ = ['STAGES', 'CHAPTER_KEY_ENV', 'KEY_FILE', 'repo_root', 'configs_dir', 'runs_root', 'figures_dir', 'generated_dir',
-           'profile_name', 'Layout', 'SandboxFolder', 'ArenaFolder', 'TrajectoriesFolder', 'CorpusFolder',
-           'StageFolder', 'TrainFolder', 'LoopFolder', 'GeneratedFolder', 'ResultsFolder', 'Run', 'keyed_dir']
+           'is_profile_path', 'profile_name', 'Layout', 'SandboxFolder', 'ArenaFolder', 'TrajectoriesFolder',
+           'CorpusFolder', 'StageFolder', 'TrainFolder', 'LoopFolder', 'GeneratedFolder', 'ResultsFolder', 'Run',
+           'keyed_dir']
 
 # %% ../../nbs/core/01_run.ipynb #8b86bb8a
 import importlib.util, os, re, shutil
@@ -49,7 +50,7 @@ def generated_dir() -> Path:
     return _folder("SHOPDISTILL_GENERATED", repo_root() / "paper" / "generated", make=True)
 
 # %% ../../nbs/core/01_run.ipynb #ac70e69f
-def _is_path(profile) -> bool:
+def is_profile_path(profile) -> bool:
     "Is `profile` a file path rather than a profile name?"
     s = str(profile)
     return isinstance(profile, os.PathLike) or s.endswith((".yaml", ".yml")) or "/" in s or os.sep in s
@@ -57,7 +58,7 @@ def _is_path(profile) -> bool:
 
 def profile_name(profile) -> str:
     "The name of `profile` (a name, or a path whose stem is the name): it names the run folder."
-    name = Path(profile).stem if _is_path(profile) else str(profile)
+    name = Path(profile).stem if is_profile_path(profile) else str(profile)
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         raise ConfigError(f"profile name {name!r} is not a plain name (letters, digits, '_', '-', '.')")
     return name

@@ -19,11 +19,11 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from itertools import islice
 from pathlib import Path
-from ..arena.rules import ClusterSettings
+from ..mechanics.rules import ClusterSettings
 from ..core.ledger import InputError
 from ..core.run import CorpusFolder, Run, TrajectoriesFolder
 from ..core.settings import ConfigError
-from .axes import _tokens
+from .axes import call_tokens
 from .card import dataset_card
 from .chat import render_chat
 from .checks import FilterSettings
@@ -80,7 +80,7 @@ def _typed(v, kind: str):
 def slim_meta(meta: dict) -> dict:
     "`meta` with each step's proxy log reduced to kind, route, status and completion tokens per request."
     steps = [{**{k: v for k, v in s.items() if k != "proxy_calls"},
-              "proxy_calls": [{"kind": c.get("kind"), "path": c.get("path"), "status_code": c.get("status_code"), "completion_tokens": _tokens(c)}
+              "proxy_calls": [{"kind": c.get("kind"), "path": c.get("path"), "status_code": c.get("status_code"), "completion_tokens": call_tokens(c)}
                               for c in (s.get("proxy_calls") or []) if isinstance(c, dict)]} for s in meta["steps"]]
     return {**meta, "steps": steps}
 

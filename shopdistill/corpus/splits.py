@@ -12,8 +12,8 @@ import numpy as np
 from collections import Counter, defaultdict
 from dataclasses import asdict
 from scipy.cluster.hierarchy import DisjointSet
-from ..arena.clusters import cluster_labels, leak_clusters, normalise_text, similar_text_pairs
-from ..arena.paraphrase import gold_ids, golds_of, protected_spans, swap_synonyms, toggle_line_breaks
+from ..mechanics.clusters import cluster_labels, leak_clusters, normalise_text, similar_text_pairs
+from ..mechanics.paraphrase import gold_ids, golds_of, protected_spans, swap_synonyms, toggle_line_breaks
 from .readers import load_task_file
 
 # %% ../../nbs/04_structural_filter/07_splits.ipynb #a987945c

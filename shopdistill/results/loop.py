@@ -12,7 +12,7 @@ import itertools
 import time
 from dataclasses import dataclass, replace
 from ..arena.miners import MinerSpec, VARIANTS
-from ..arena.rules import ArenaSettings
+from ..mechanics.rules import ArenaSettings
 from ..arena.season import AgentVersion, ArenaTracesSettings, Season, clear_state, fake_hotkey, race_bank, run_work, set_state
 from ..arena.tool_client import current_client, episode_env
 from ..core.progress import progress as progress_bar

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import re
 from typing import Iterable
-from ..arena.paraphrase import _num, voucher_block
+from ..mechanics.paraphrase import number_text, voucher_block
 from .catalog import leaf_of
 from .tasks import PRICE_MODES, TASK_CATEGORIES, task_id
 
@@ -257,7 +257,7 @@ def _service_price_phrases(gold: dict, rng) -> list[str]:
     cur = _pick(rng, ["PHP", "pesos"])
     for rng_ in gold.get("price", []):
         for mode, (lo, hi) in rng_.items():
-            out.append(_pick(rng, _PRICE_PHRASES[mode]).format(lo=_num(lo or 0), hi=_num(hi) if hi is not None else "", cur=cur))
+            out.append(_pick(rng, _PRICE_PHRASES[mode]).format(lo=number_text(lo or 0), hi=number_text(hi) if hi is not None else "", cur=cur))
     return out
 
 

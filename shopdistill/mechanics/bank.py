@@ -10,7 +10,7 @@ import hashlib
 import json
 import numpy as np
 from typing import Sequence
-from .paraphrase import VARIANT_KINDS, _index, draw_style, golds_of, item_noun, protected_spans, render_query, reword_voucher, sibling_task, swap_synonyms, toggle_line_breaks
+from .paraphrase import VARIANT_KINDS, catalog_index, draw_style, golds_of, item_noun, protected_spans, render_query, reword_voucher, sibling_task, swap_synonyms, toggle_line_breaks
 from .paraphrase import gold_ids
 
 # %% ../../nbs/00_arena_mechanics/02_bank.ipynb #06388946
@@ -63,7 +63,7 @@ def build_bank(tasks: Sequence[dict], catalog, seed: int = 0, sibling_fraction: 
     problem's `extra` (`spec`, `variant`, `sibling_of`), for measuring only."""
     if not 0 <= sibling_fraction <= 1: raise ValueError(f"build_bank: sibling_fraction must be in [0, 1], got {sibling_fraction}")
     rng = np.random.default_rng([seed, 0])
-    index = _index(catalog)
+    index = catalog_index(catalog)
     by_id = index[0]
     used = {pid for t in tasks for pid in gold_ids(t)}
     specs = []  # (spec, base_text, styles, sibling_of)
