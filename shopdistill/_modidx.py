@@ -492,6 +492,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                      'shopdistill/core/progress.py'),
                                            'shopdistill.core.progress._Tee.write': ( 'core/progress.html#_tee.write',
                                                                                      'shopdistill/core/progress.py'),
+                                           'shopdistill.core.progress.chapter_setup': ( 'core/progress.html#chapter_setup',
+                                                                                        'shopdistill/core/progress.py'),
                                            'shopdistill.core.progress.progress': ( 'core/progress.html#progress',
                                                                                    'shopdistill/core/progress.py'),
                                            'shopdistill.core.progress.quiet_libraries': ( 'core/progress.html#quiet_libraries',

@@ -19,7 +19,8 @@ from .settings import ConfigError
 def repo_root() -> Path:
     "The repository root: `$SHOPDISTILL_HOME`, else the checkout holding the `shopdistill` package, else the current folder."
     if os.environ.get("SHOPDISTILL_HOME"): return Path(os.environ["SHOPDISTILL_HOME"]).expanduser().absolute()
-    here = Path(importlib.util.find_spec("shopdistill").origin).resolve().parents[1]  # shopdistill/__init__.py -> the checkout
+    # shopdistill/__init__.py -> the checkout
+    here = Path(importlib.util.find_spec("shopdistill").origin).resolve().parents[1]
     return here if (here / "pyproject.toml").is_file() or (here / "configs").is_dir() else Path.cwd()
 
 
@@ -152,7 +153,9 @@ class StageFolder(Layout):
     "Chapters 05-06: one stage of the recipe: its policy, its training, and its held-out evaluation."
     policy: Path = _name("model", "the trained policy: a `transformers` model folder")
     trainer: Path = _name("trainer", "the trainer's checkpoints, for resuming")
-    gathered: Path = _name("trainer/gathered", "DeepSpeed ZeRO-3 only: the trained weights gathered from every process, before the policy is made of them")
+    gathered: Path = _name("trainer/gathered",
+                           "DeepSpeed ZeRO-3 only: the trained weights gathered from every process, before the policy "
+                           "is made of them")
     train_log: Path = _name("train_log.json", "the trainer's log history and timing")
     evaluation: Path = _name("eval.json", "the stage's row of the stage table")
     episodes: Path = _name("eval.jsonl.gz", "the held-out episodes the evaluation is computed from")
@@ -210,8 +213,9 @@ class GeneratedFolder(Layout):
     macros: Path = _name("macros.tex", "a `\\newcommand` for every number the prose quotes")
     numbers: Path = _name("results.json", "the run's named numbers the paper quotes")
     provenance: Path = _name("provenance.json", "where each quoted number comes from")
-    record: Path = _name("reproduction.json", "the record of the reproduction that wrote these files and figures/: commit, notebook keys, "
-                         "effective settings, versions, machine, wall times, every file's sha256 (a publishing profile only)")
+    record: Path = _name("reproduction.json", "the record of the reproduction that wrote these files and "
+                         "figures/: commit, notebook keys, effective settings, versions, machine, wall times, "
+                         "every file's sha256 (a publishing profile only)")
 
     def table(self, name: str) -> Path:
         "The booktabs table `name` (`main_results`, `funnel`, ...)."
@@ -234,9 +238,15 @@ class Run(Layout):
     logs: Path = _name("logs", "each notebook's progress bars, followed on the terminal")
     html: Path = _name("html", "the executed notebooks rendered for readers without Jupyter")
     lock: Path = _name(".lock", "held while a driver writes this run")
-    settings: Path = _name("settings.yaml", "the effective settings of the run: every key, defaults included, whichever files the profile extends")
-    figures: Path = _name("figures", "a profile that does not publish (ci): its figures, where a publishing one writes the repository's figures/")
-    generated: Path = _name("generated", "a profile that does not publish: its tables and macros, where a publishing one writes paper/generated/")
+    settings: Path = _name("settings.yaml",
+                           "the effective settings of the run: every key, defaults included, whichever files the "
+                           "profile extends")
+    figures: Path = _name("figures",
+                          "a profile that does not publish (ci): its figures, where a publishing one writes the "
+                          "repository's figures/")
+    generated: Path = _name("generated",
+                            "a profile that does not publish: its tables and macros, where a publishing one writes "
+                            "paper/generated/")
 
     @classmethod
     def of(cls, profile="smoke", root=None) -> "Run":

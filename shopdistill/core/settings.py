@@ -67,7 +67,8 @@ def _known_keys(cls, data: dict, where: str, src) -> dict:
     known = [f.name for f in fields(cls) if f.init and f.name not in getattr(cls, "NOT_IN_FILE", ())]
     for k in data:
         if k not in known:
-            raise ConfigError(f"{_file(src, f'{where}.{k}')}: unknown key '{where}.{k}' (known keys of '{where}': {', '.join(known)})")
+            raise ConfigError(f"{_file(src, f'{where}.{k}')}: unknown key '{where}.{k}' (known keys of '{where}': "
+                              f"{', '.join(known)})")
     return hints
 
 # %% ../../nbs/core/00_settings.ipynb #0ab8be09

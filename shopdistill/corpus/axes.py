@@ -34,7 +34,8 @@ def axis_signals(traj: dict, cover_ratio: float = 0.5, tiny_tokens: int = 4) -> 
     tiny (<= `tiny_tokens` completion tokens), action turns with empty thinking, and whether a proxy log exists."""
     msgs = traj["messages"]
     logs = {s["message_index"]: s.get("proxy_calls") or [] for s in traj["meta"]["steps"]}
-    out = dict(log=has_proxy_log(traj), action_turns=0, authored_turns=0, bare_turns=0, model_calls=0, tiny_calls=0, empty_think_turns=0)
+    out = dict(log=has_proxy_log(traj), action_turns=0, authored_turns=0, bare_turns=0, model_calls=0, tiny_calls=0,
+               empty_think_turns=0)
     for k, log in logs.items():
         for t in map(call_tokens, log):
             if t: out["model_calls"] += 1; out["tiny_calls"] += t <= tiny_tokens

@@ -60,7 +60,8 @@ def minhash_signature(shingles: list[bytes], num_perm: int = 128, seed: int = 1)
     return m.hashvalues.copy()
 
 # %% ../../nbs/04_structural_filter/05_dedup.ipynb #9721f14b
-def near_duplicates(keys: list, signatures: list, threshold: float = 0.85, num_perm: int = 128, similarity: dict | None = None) -> dict:
+def near_duplicates(keys: list, signatures: list, threshold: float = 0.85, num_perm: int = 128,
+                    similarity: dict | None = None) -> dict:
     """{key: the key it duplicates} for signatures visited in the given order (best first): a trace whose estimated
     Jaccard similarity with an earlier kept trace reaches `threshold` is a near duplicate of it (a threshold above 1: none).
     `similarity`, when given, receives each key's highest estimated similarity to an earlier kept trace (0 if none was proposed)."""

@@ -39,8 +39,8 @@ def structure_signals(traj: dict) -> dict:
             verification = len(set(rec) & viewed) / len(set(rec)) if rec else 0.0
             break
     keys = Counter(map(call_key, calls))
-    return {"depth": depth, "reformulations": max(0, len(queries) - 1), "verification": round(verification, 4), "calls": len(calls),
-            "repeats": len(calls) - len(keys), "max_repeat": max(keys.values(), default=0)}
+    return {"depth": depth, "reformulations": max(0, len(queries) - 1), "verification": round(verification, 4),
+            "calls": len(calls), "repeats": len(calls) - len(keys), "max_repeat": max(keys.values(), default=0)}
 
 
 def structural_score(signals: dict, s: FilterSettings) -> float:

@@ -16,10 +16,12 @@ from contextlib import nullcontext
 from ..core.commands import COMMANDS, UsageError, existing_path, command
 from .settings import load_config
 
-VERB_MODULES = ("shopdistill.arena.cli", "shopdistill.corpus.cli", "shopdistill.training.cli")  # chapters' modules that register verbs with `command`
+# chapters' modules that register verbs with `command`
+VERB_MODULES = ("shopdistill.arena.cli", "shopdistill.corpus.cli", "shopdistill.training.cli")
 from ..core.ledger import InputError
 from ..core.settings import ConfigError
-from .driver import ReproduceError, run_lock, check_published, notebook_matches, profile_checks, reproduce, require_ready
+from .driver import (ReproduceError, run_lock, check_published, notebook_matches, profile_checks,
+                                          reproduce, require_ready)
 from ..core.run import GeneratedFolder, generated_dir
 from ..sandbox.scoring import score_report
 from ..sandbox.server import serve
@@ -31,23 +33,30 @@ from ..training.trainer import is_main_process, process_rank
 
 # %% ../../nbs/99_reproduce/03_cli.ipynb #1b492d1f
 def _reproduce_arguments(p):
-    p.add_argument("--profile", default="smoke", help="profile name (configs/<name>.yaml) or a YAML path (default: smoke)")
-    p.add_argument("--only", nargs="+", metavar="NN", help="run only these chapters (or notebooks), e.g. --only 01 03, --only 05_supervised_stack/10_sft")
+    p.add_argument("--profile", default="smoke",
+                   help="profile name (configs/<name>.yaml) or a YAML path (default: smoke)")
+    p.add_argument("--only", nargs="+", metavar="NN",
+                   help="run only these chapters (or notebooks), e.g. --only 01 03, --only 05_supervised_stack/10_sft")
     p.add_argument("--flags", default="", help='also run cells with these nbdev flags, e.g. --flags "slow gpu"')
     p.add_argument("--force", action="store_true", help="re-run chapters even when unchanged")
     p.add_argument("--no-html", action="store_true", help="do not render executed notebooks to HTML")
     p.add_argument("--timeout", type=int, default=None, help="seconds a cell may run (default: no limit)")
-    p.add_argument("--no-preflight", action="store_true", help="skip the checks a profile that needs a GPU gets before any work (shopdistill doctor)")
+    p.add_argument("--no-preflight", action="store_true",
+                   help="skip the checks a profile that needs a GPU gets before any work (shopdistill doctor)")
 
 
-@command("reproduce", "run the chapter notebooks in order into runs/<profile>/, reusing unchanged ones", _reproduce_arguments)
+@command("reproduce", "run the chapter notebooks in order into runs/<profile>/, reusing unchanged ones",
+         _reproduce_arguments)
 def _reproduce(args) -> int:
-    m = reproduce(args.profile, only=args.only, flags=args.flags, force=args.force, html=not args.no_html, timeout=args.timeout,
+    m = reproduce(args.profile, only=args.only, flags=args.flags, force=args.force, html=not args.no_html,
+                  timeout=args.timeout,
                   preflight=not args.no_preflight)
     only = [str(o).zfill(2) if str(o).isdigit() else str(o) for o in args.only or []]
     chosen = [n for n in sorted(m["notebooks"]) if not only or any(notebook_matches(n, o) for o in only)]
-    ran = [n for n in chosen if m["notebooks"][n].get("status") == "executed"]  # this run's, not those kept from an earlier one
-    print(f"done: {len(ran)} of {len(chosen)} executed, the rest unchanged; manifest: runs/{m['profile']}/manifest.json")
+    # this run's, not those kept from an earlier one
+    ran = [n for n in chosen if m["notebooks"][n].get("status") == "executed"]
+    print(f"done: {len(ran)} of {len(chosen)} executed, the rest unchanged; "
+          f"manifest: runs/{m['profile']}/manifest.json")
     return 0
 
 
@@ -57,7 +66,8 @@ def _serve_arguments(p):
     p.add_argument("--port", type=int, default=5632)
 
 
-@command("serve", "serve the sandbox's HTTP API (find_product, view_product_information, ...) over a catalog", _serve_arguments)
+@command("serve", "serve the sandbox's HTTP API (find_product, view_product_information, ...) over a catalog",
+         _serve_arguments)
 def _serve(args) -> int:
     catalog = existing_path(args.catalog, "catalog")
     serve(catalog, args.host, args.port)
@@ -73,30 +83,41 @@ def _score_arguments(p):
 
 @command("score", "score recommended products against tasks; prints a JSON report", _score_arguments)
 def _score(args) -> int:
-    paths = [existing_path(args.tasks, "tasks file"), existing_path(args.catalog, "catalog"), existing_path(args.answers, "answers file")]
+    paths = [existing_path(args.tasks, "tasks file"), existing_path(args.catalog, "catalog"),
+             existing_path(args.answers, "answers file")]
     report = score_report(*paths, args.scorer)
     print(json.dumps(report, indent=2, sort_keys=True, default=str))
-    for w in report["warnings"]: print(f"shopdistill score: warning: {w}", file=sys.stderr)  # after the report, so they are the last lines seen
+    # after the report, so they are the last lines seen
+    for w in report["warnings"]: print(f"shopdistill score: warning: {w}", file=sys.stderr)
     return 0
 
 # %% ../../nbs/99_reproduce/03_cli.ipynb #1f2b3389
 def _train_arguments(p):
     p.add_argument("--profile", default="smoke", help="settings file under configs/ (default: smoke)")
-    p.add_argument("--stage", metavar="NAME", help="run one stage: base, stage1_sft (sft), stage2_rejection (rejection), stage3_teacher "
-                   "(teacher), stage4_kto (kto), dr_grpo (grpo), outcome_grpo; under `accelerate launch` every process trains, the main one writes")
-    p.add_argument("--dry-run", action="store_true", help="build every trainer on the tiny model with the profile's settings, train nothing")
-    p.add_argument("--start-policy", action="store_true", help="with --stage: print the policy the stage starts from (e.g. for trl vllm-serve --model) and exit")
-    p.add_argument("--force", action="store_true", help="re-run chapters 05 and 06 even when unchanged; with --stage: delete the stage's folder first")
-    p.add_argument("--no-preflight", action="store_true", help="skip the checks a profile that needs a GPU gets before any work (shopdistill doctor)")
+    p.add_argument("--stage", metavar="NAME",
+                   help="run one stage: base, stage1_sft (sft), stage2_rejection (rejection), stage3_teacher "
+                        "(teacher), stage4_kto (kto), dr_grpo (grpo), outcome_grpo; under `accelerate launch` every "
+                        "process trains, the main one writes")
+    p.add_argument("--dry-run", action="store_true",
+                   help="build every trainer on the tiny model with the profile's settings, train nothing")
+    p.add_argument("--start-policy", action="store_true",
+                   help="with --stage: print the policy the stage starts from (e.g. for trl vllm-serve "
+                        "--model) and exit")
+    p.add_argument("--force", action="store_true",
+                   help="re-run chapters 05 and 06 even when unchanged; with --stage: delete the stage's folder first")
+    p.add_argument("--no-preflight", action="store_true",
+                   help="skip the checks a profile that needs a GPU gets before any work (shopdistill doctor)")
 
 
-@command("train", "post-train with the five-stage recipe (chapters 05-06), one --stage, or --dry-run to check a profile's trainers", _train_arguments, settings=True)
+@command("train", "post-train with the five-stage recipe (chapters 05-06), one --stage, or --dry-run to check a "
+                  "profile's trainers", _train_arguments, settings=True)
 def _train(args) -> int:
     s = args.settings
     if args.dry_run:
         rows = dry_run(s.train, s.kto, s.grpo)
         for r in rows: print("  ".join(f"{k}={v}" for k, v in r.items()))
-        print(f"dry run of profile {args.profile!r}: {sum(r['trainer'] != 'note' for r in rows)} trainers built, nothing trained")
+        print(f"dry run of profile {args.profile!r}: {sum(r['trainer'] != 'note' for r in rows)} trainers built, "
+              f"nothing trained")
         return 0
     if args.start_policy:
         if not args.stage: raise UsageError("--start-policy needs --stage NAME")
@@ -112,7 +133,8 @@ def _train_stage(s, name: str, force: bool, check: bool) -> int:
     run, main_process = s.run, is_main_process()
     if check: require_ready(s)
     if force:
-        if process_rank()[1] > 1: raise UsageError("--force deletes the stage's folder: do that without accelerate launch, then launch without --force")
+        if process_rank()[1] > 1: raise UsageError("--force deletes the stage's folder: do that without accelerate "
+                                                   "launch, then launch without --force")
         shutil.rmtree(run.stage(name).path, ignore_errors=True)
     run.make()
     with run_lock(run) if main_process else nullcontext():
@@ -120,16 +142,19 @@ def _train_stage(s, name: str, force: bool, check: bool) -> int:
         if main_process and row is not None: stage_frame(run.train())  # the stage table, this row included
     if not main_process: return 0
     if row is None: print(f"stage {name}: nothing to do for profile {s.profile}")
-    else: print(f"stage {name}: ASR {100 * row['asr']:.1f}% [{100 * row['asr_lo']:.1f}, {100 * row['asr_hi']:.1f}] on {row['n_problems']} held-out "
-                f"problems ({row['n_samples']} episodes); policy {start_policy(name, run, s.train) if name == 'base' else run.stage(name).policy}")
+    else: print(f"stage {name}: ASR {100 * row['asr']:.1f}% [{100 * row['asr_lo']:.1f}, {100 * row['asr_hi']:.1f}] "
+                f"on {row['n_problems']} held-out problems ({row['n_samples']} episodes); policy "
+                f"{start_policy(name, run, s.train) if name == 'base' else run.stage(name).policy}")
     return 0
 
 
 def _doctor_arguments(p):
-    p.add_argument("--profile", default="smoke", help="profile name (configs/<name>.yaml) or a YAML path (default: smoke)")
+    p.add_argument("--profile", default="smoke",
+                   help="profile name (configs/<name>.yaml) or a YAML path (default: smoke)")
 
 
-@command("doctor", "check that this machine has what a profile needs (GPUs, CUDA, vLLM, the model, the data paths, disk, extras), every problem at once",
+@command("doctor", "check that this machine has what a profile needs (GPUs, CUDA, vLLM, the model, the data paths, "
+                   "disk, extras), every problem at once",
          _doctor_arguments, settings=True)
 def _doctor(args) -> int:
     rows = profile_checks(args.settings)
@@ -145,16 +170,19 @@ def _grouped(lines: list[str]) -> list[str]:
         if sep: stale.setdefault(why, []).append(name)
         else: out.append(line)
     said = [f"{names[0]}: would run again: {why}" if len(names) == 1 else
-            f"{len(names)} notebooks, {names[0]} to {names[-1]}: would run again: {why}" for why, names in stale.items()]
+            f"{len(names)} notebooks, {names[0]} to {names[-1]}: would run again: {why}"
+            for why, names in stale.items()]
     return said + out
 
 
 def _check_results_arguments(p):
-    p.add_argument("--generated", default=None, help="the generated LaTeX folder holding the record (default: paper/generated)")
+    p.add_argument("--generated", default=None,
+                   help="the generated LaTeX folder holding the record (default: paper/generated)")
     p.add_argument("--figures", default=None, help="the figures folder (default: figures)")
 
 
-@command("check-results", "are the committed figures/ and paper/generated/ what a reproduction of this commit would leave? (exit 1: why, and how to regenerate)",
+@command("check-results", "are the committed figures/ and paper/generated/ what a reproduction of this commit would "
+                          "leave? (exit 1: why, and how to regenerate)",
          _check_results_arguments)
 def _check_results(args) -> int:
     problems = check_published(generated=args.generated, figures=args.figures)
@@ -162,12 +190,15 @@ def _check_results(args) -> int:
     rec = json.loads(record.read_text()) if record.is_file() else {}
     if problems:
         for line in _grouped(problems): print(f"  {line}")
-        print(f"check-results: the published results are NOT current ({len(problems)} problem(s) above); regenerate them: "
+        print(f"check-results: the published results are NOT current ({len(problems)} problem(s) above); "
+              f"regenerate them: "
               f"{rec.get('regenerate') or 'make reproduce PROFILE=smoke, then commit figures/ and paper/generated/'}")
         return 1
     m = rec["machine"]
-    print(f"check-results: current: a reproduction of profile {rec['profile']} at this commit would execute none of its {len(rec['notebooks'])} notebooks, "
-          f"and all {len(rec['files'])} files are the bytes it wrote ({record.name}: commit {rec['git']['commit'][:12]}, "
+    print(f"check-results: current: a reproduction of profile {rec['profile']} at this commit would execute none of "
+          f"its {len(rec['notebooks'])} notebooks, "
+          f"and all {len(rec['files'])} files are the bytes it wrote ({record.name}: commit "
+          f"{rec['git']['commit'][:12]}, "
           f"{rec['seconds']['total'] / 60:.0f} min on {m['cores']} cores of {m['cpu']})")
     return 0
 
@@ -193,7 +224,8 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     run, settings = COMMANDS[args.command][2:]
     try:
-        if settings: args.settings = load_config(args.profile)  # the whole profile checked before the verb does any work
+        # the whole profile checked before the verb does any work
+        if settings: args.settings = load_config(args.profile)
         return run(args) or 0
     except KeyboardInterrupt:
         print("shopdistill: interrupted", file=sys.stderr)

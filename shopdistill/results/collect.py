@@ -13,7 +13,8 @@ import numpy as np
 from pathlib import Path
 from ..core.run import STAGES, Run, TrainFolder
 from ..sandbox.scoring import score_task
-from ..training.evalstats import paired_bootstrap, pass_at_k, per_problem, stage_row, success_by_problem, wilson
+from ..training.evalstats import (paired_bootstrap, pass_at_k, per_problem, stage_row, success_by_problem,
+                                            wilson)
 from ..training.evaluation import read_episodes
 
 # %% ../../nbs/07_results/02_collect.ipynb #a0482db9
@@ -31,9 +32,11 @@ def arena_results(run: Run) -> dict:
     traces = pd.read_parquet(arena.trace_labels)
     style = dict(zip(versions["agent_version_id"], versions["style"]))
     winners = [style.get(d["winner"], "unknown") for d in season["days"]]
-    out = {"arena.traces": int(season["traces"]), "arena.days": len(season["days"]), "arena.hotkeys": int(versions["hotkey"].nunique()),
+    out = {"arena.traces": int(season["traces"]), "arena.days": len(season["days"]),
+           "arena.hotkeys": int(versions["hotkey"].nunique()),
            "arena.versions": int(len(versions)), "arena.bank.problems": int(season["bank"]["problems"]),
-           "arena.bank.clusters": int(season["bank"]["clusters"]), "arena.dethroned": int(sum(d["dethroned"] for d in season["days"]))}
+           "arena.bank.clusters": int(season["bank"]["clusters"]),
+           "arena.dethroned": int(sum(d["dethroned"] for d in season["days"]))}
     for pool, n in season["bank"]["pools"].items(): out[f"arena.bank.{pool}"] = int(n)
     for s in ("agentic", "subtask", "decoy"):
         out[f"arena.wins.{s}"] = winners.count(s)
@@ -52,7 +55,8 @@ def corpus_results(run: Run) -> dict:
     audits = json.loads(corpus.audits.read_text())
     out = {f"funnel.{k.replace(' ', '_')}": int(v) for k, v in summary["funnel"].items()}
     out.update({"corpus.train": int(summary["splits"]["train"]), "corpus.eval": int(summary["splits"]["eval"]),
-                "corpus.problems": int(summary["problems"]["in_corpus"]), "corpus.clusters": int(summary["problems"]["clusters"]),
+                "corpus.problems": int(summary["problems"]["in_corpus"]),
+                "corpus.clusters": int(summary["problems"]["clusters"]),
                 "audit.findings": len(audits["audit"]), "audit.ngram_flagged": int(audits["ngram"]["flagged"]),
                 "audit.ngram_max": float(audits["ngram"]["max_containment"])})
     decisions = pd.read_parquet(corpus.decisions, columns=["trace_id", "axis"])
@@ -61,14 +65,17 @@ def corpus_results(run: Run) -> dict:
         d = decisions.merge(pd.read_parquet(labels, columns=["trace_id", "style"]), on="trace_id", how="left")
         pred, truth = d["axis"] == "A", d["style"] == "agentic"
         tp, fp, fn = int((pred & truth).sum()), int((pred & ~truth).sum()), int((~pred & truth).sum())
-        out.update({"filter.axis_a.tp": tp, "filter.axis_a.fp": fp, "filter.axis_a.fn": fn, "filter.axis_a.tn": int((~pred & ~truth).sum()),
-                    "filter.axis_a.precision": round(tp / max(tp + fp, 1), 4), "filter.axis_a.recall": round(tp / max(tp + fn, 1), 4)})
+        out.update({"filter.axis_a.tp": tp, "filter.axis_a.fp": fp, "filter.axis_a.fn": fn,
+                    "filter.axis_a.tn": int((~pred & ~truth).sum()),
+                    "filter.axis_a.precision": round(tp / max(tp + fp, 1), 4),
+                    "filter.axis_a.recall": round(tp / max(tp + fn, 1), 4)})
         for s in ("agentic", "subtask", "decoy"):
             for a in ("A", "B"): out[f"filter.confusion.{s}.{a}"] = int(((d["style"] == s) & (d["axis"] == a)).sum())
     return out
 
 # %% ../../nbs/07_results/02_collect.ipynb #cdec397f
-STAGE_LABELS = dict(zip(STAGES, ("base", "S1 SFT", "S2 rejection re-SFT", "S3 teacher-SFT", "S4 KTO", "S5 Dr. GRPO", "S5 outcome GRPO")))
+STAGE_LABELS = dict(zip(STAGES, ("base", "S1 SFT", "S2 rejection re-SFT", "S3 teacher-SFT", "S4 KTO", "S5 Dr. GRPO",
+                                 "S5 outcome GRPO")))
 
 "How the tables name chapter 05's and 06's stage folders (`core.run.STAGES`, the one list of them)."
 
@@ -90,7 +97,8 @@ def _sampled(episodes: list[dict]) -> dict[str, float]:
     return {k: v for k, v in success_by_problem(episodes).items() if len(groups[k]) == m} if m > 1 else {}
 
 
-def stage_results(by_stage: dict[str, list[dict]], problems: dict[str, dict], catalog=None, ks=(1, 2, 4, 8), n_boot: int = 10_000) -> dict:
+def stage_results(by_stage: dict[str, list[dict]], problems: dict[str, dict], catalog=None, ks=(1, 2, 4, 8),
+                  n_boot: int = 10_000) -> dict:
     """Named numbers per stage: ASR (production_strict and upstream) with Wilson 95%, CAR, pass@k (on `pass_problems`), per-category
     ASR, the paired bootstrap of ASR against the previous stage (`vs_prev`) and, when both were sampled on the same problems, of
     pass@1 (`vs_prev.pass@1`)."""
@@ -98,8 +106,10 @@ def stage_results(by_stage: dict[str, list[dict]], problems: dict[str, dict], ca
     for s, eps in by_stage.items():
         row = stage_row(s, eps, ks)
         p = f"stage.{s}"
-        out.update({f"{p}.asr": row["asr"], f"{p}.asr_lo": row["asr_lo"], f"{p}.asr_hi": row["asr_hi"], f"{p}.n_problems": row["n_problems"],
-                    f"{p}.n_samples": row["n_samples"], f"{p}.valid_call_rate": row["valid_call_rate"], f"{p}.existing_id_rate": row["existing_id_rate"]})
+        out.update({f"{p}.asr": row["asr"], f"{p}.asr_lo": row["asr_lo"], f"{p}.asr_hi": row["asr_hi"],
+                    f"{p}.n_problems": row["n_problems"],
+                    f"{p}.n_samples": row["n_samples"], f"{p}.valid_call_rate": row["valid_call_rate"],
+                    f"{p}.existing_id_rate": row["existing_id_rate"]})
         for k in ks: out[f"{p}.pass@{k}"] = None if math.isnan(row[f"pass@{k}"]) else row[f"pass@{k}"]
         out[f"{p}.pass_problems"] = row["pass_problems"]
         first = _first_samples(eps)
@@ -108,13 +118,15 @@ def stage_results(by_stage: dict[str, list[dict]], problems: dict[str, dict], ca
             rules.append(float((e.get("score") or {}).get("rule", 0.0)))
             prob = problems.get(pid)
             rec = ",".join(e.get("recommended") or [])
-            upstream.append(bool(prob is not None and rec and score_task(prob, rec, catalog, scorer="upstream")["success"]))
+            upstream.append(bool(prob is not None and rec
+                                 and score_task(prob, rec, catalog, scorer="upstream")["success"]))
         out[f"{p}.car"] = sum(rules) / len(rules)
         out[f"{p}.asr_upstream"] = sum(upstream) / len(upstream)
         for cat in sorted({e.get("category") for e in first.values()}):
             hits = [bool(e["success"]) for e in first.values() if e.get("category") == cat]
             lo, hi = wilson(sum(hits), len(hits))
-            out.update({f"{p}.asr.{cat}": sum(hits) / len(hits), f"{p}.asr.{cat}.lo": lo, f"{p}.asr.{cat}.hi": hi, f"{p}.n.{cat}": len(hits)})
+            out.update({f"{p}.asr.{cat}": sum(hits) / len(hits), f"{p}.asr.{cat}.lo": lo, f"{p}.asr.{cat}.hi": hi,
+                        f"{p}.n.{cat}": len(hits)})
         if prev is not None:
             a = {k: float(e["success"]) for k, e in _first_samples(by_stage[prev]).items()}
             b = {k: float(e["success"]) for k, e in first.items()}
@@ -124,7 +136,8 @@ def stage_results(by_stage: dict[str, list[dict]], problems: dict[str, dict], ca
             sa, sb = _sampled(by_stage[prev]), _sampled(eps)
             if sa and set(sa) == set(sb):  # both sampled on the same problems: pass@1 (each problem's success rate) paired
                 bs = paired_bootstrap(sa, sb, n_boot=n_boot, seed=0)
-                out.update({f"{p}.vs_prev.pass@1.diff": bs["diff"], f"{p}.vs_prev.pass@1.lo": bs["lo"], f"{p}.vs_prev.pass@1.hi": bs["hi"]})
+                out.update({f"{p}.vs_prev.pass@1.diff": bs["diff"], f"{p}.vs_prev.pass@1.lo": bs["lo"],
+                            f"{p}.vs_prev.pass@1.hi": bs["hi"]})
         prev = s
     if by_stage:
         n = out[f"stage.{next(iter(by_stage))}.n_problems"]
@@ -145,16 +158,22 @@ def stage_facts(train: TrainFolder) -> dict:
     out = {}
     for st in train.stages():
         log, row = _json(st.train_log), _json(st.evaluation)
-        f = {"steps": log.get("global_step", row.get("train_steps"))}  # stage 5 without a state to train on has no log: its row says 0
-        if st.name == "stage2_rejection": f.update({k: _json(st.rejection).get(k) for k in ("problems", "samples", "successes", "problems_solved", "rows")})
+        # stage 5 without a state to train on has no log: its row says 0
+        f = {"steps": log.get("global_step", row.get("train_steps"))}
+        if st.name == "stage2_rejection": f.update({k: _json(st.rejection).get(k)
+                                                    for k in ("problems", "samples", "successes",
+                                                              "problems_solved", "rows")})
         elif st.name == "stage3_teacher":
             t = _json(st.teacher)
-            if "counts" in t: f.update(problems=sum(c["played"] for c in t["counts"].values()), successes=sum(c["won"] for c in t["counts"].values()), rows=t.get("rows"))
+            if "counts" in t: f.update(problems=sum(c["played"] for c in t["counts"].values()),
+                                       successes=sum(c["won"] for c in t["counts"].values()), rows=t.get("rows"))
         elif st.name == "stage4_kto":
             f.update({k: row.get(k) for k in ("episodes", "desirable", "desirable_own", "undesirable")})
             if None not in (f["desirable"], f["desirable_own"]): f["desirable_corpus"] = f["desirable"] - f["desirable_own"]
-        elif st.name in ("dr_grpo", "outcome_grpo"):  # a stage 5 without a state to train on reuses stage 4's row: only its own keys
-            f.update({k: row.get(k) for k in ("states_screened", "states_mixed", "states_kept")}, problems=log.get("problems"))
+        # a stage 5 without a state to train on reuses stage 4's row: only its own keys
+        elif st.name in ("dr_grpo", "outcome_grpo"):
+            f.update({k: row.get(k) for k in ("states_screened", "states_mixed", "states_kept")},
+                     problems=log.get("problems"))
         out.update({f"stage.{st.name}.train.{k}": int(v) for k, v in f.items() if v is not None})
     return out
 
@@ -162,4 +181,5 @@ def stage_facts(train: TrainFolder) -> dict:
 def pass_at_k_curve(episodes: list[dict], ks) -> list[float]:
     "Mean unbiased pass@k over problems, for each k (problems with fewer than k samples are left out of that k)."
     groups = per_problem(episodes)
-    return [float(np.mean([pass_at_k(len(g), sum(bool(e["success"]) for e in g), k) for g in groups.values() if len(g) >= k] or [np.nan])) for k in ks]
+    return [float(np.mean([pass_at_k(len(g), sum(bool(e["success"]) for e in g), k)
+                           for g in groups.values() if len(g) >= k] or [np.nan])) for k in ks]

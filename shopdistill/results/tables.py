@@ -10,7 +10,8 @@ __all__ = ['STYLES', 'FUNNEL_PUBLISHED', 'STAGE_WORDS', 'arena_table', 'funnel_t
 # %% ../../nbs/07_results/03_tables.ipynb #d6a6f1b7
 from .collect import STAGE_LABELS
 from .published import published_value
-from .tex import Quoted, booktabs, change_sentence, change_verdict, gap_sentence, interval_sentence, macro_name
+from .tex import (Quoted, booktabs, change_sentence, change_verdict, gap_sentence,
+                                     interval_sentence, macro_name)
 
 # %% ../../nbs/07_results/03_tables.ipynb #6d68f057
 STYLES = ("agentic", "subtask", "decoy")
@@ -20,11 +21,14 @@ def arena_table(q: Quoted) -> str:
     rows = [["races (days)", q.run("arena.days", "{:d}", name="ArenaDays"), "", "", ""],
             ["traces", q.run("arena.traces", "{:,}", name="ArenaTraces"), "", "", ""],
             ["miner hotkeys / agent versions", f"{q.run('arena.hotkeys', '{:d}')} / {q.run('arena.versions', '{:d}')}", "", "", ""],
-            ["problem bank (leak clusters)", f"{q.run('arena.bank.problems', '{:,}')} ({q.run('arena.bank.clusters', '{:,}')})", "", "", ""]]
+            ["problem bank (leak clusters)", f"{q.run('arena.bank.problems', '{:,}')} "
+                                             f"({q.run('arena.bank.clusters', '{:,}')})", "", "", ""]]
     for s in STYLES:
         rows.append([f"{s} miners", q.run(f"arena.share.{s}", "{:.1f}", 100), q.run(f"arena.judge.{s}", "{:.2f}"),
-                     q.run(f"arena.success.{s}", "{:.1f}", 100), q.run(f"arena.wins.{s}", "{:d}", name=macro_name("wins", s))])
-    return booktabs(["", "traces %", "judge", "success %", "races won"], rows, "The simulated season (chapter 02).", "tab:arena")
+                     q.run(f"arena.success.{s}", "{:.1f}", 100),
+                     q.run(f"arena.wins.{s}", "{:d}", name=macro_name("wins", s))])
+    return booktabs(["", "traces %", "judge", "success %", "races won"], rows,
+                    "The simulated season (chapter 02).", "tab:arena")
 
 # %% ../../nbs/07_results/03_tables.ipynb #65abfe95
 FUNNEL_PUBLISHED = {"raw_records": 146_000, "reasoning_gate": 18_043, "train": 15_269, "eval": 2_676}
@@ -36,8 +40,10 @@ def funnel_table(q: Quoted, order: list[str]) -> str:
         key = k.replace(" ", "_")
         pub = q.pub(FUNNEL_PUBLISHED[key], "{:,}") if key in FUNNEL_PUBLISHED else ""
         rows.append([k.replace("_", " "), q.run(f"funnel.{key}", "{:,}", name=macro_name("funnel", key) if key in ("raw_records", "train", "eval") else None), pub])
-    return booktabs(["stage", "remaining (this run)", "published"], rows, "From the firehose to the corpus (chapters 03-04).", "tab:funnel",
-                    notes="Published: this paper's volumes (146K race-phase trajectories; 18,043 after the winners-only unanimous-50 gate).")
+    return booktabs(["stage", "remaining (this run)", "published"], rows,
+                    "From the firehose to the corpus (chapters 03-04).", "tab:funnel",
+                    notes="Published: this paper's volumes (146K race-phase trajectories; 18,043 after the "
+                          "winners-only unanimous-50 gate).")
 
 # %% ../../nbs/07_results/03_tables.ipynb #f8e7ca8e
 def confusion_table(q: Quoted) -> str:
@@ -45,7 +51,8 @@ def confusion_table(q: Quoted) -> str:
     rows = [[s, q.run(f"filter.confusion.{s}.A", "{:,}"), q.run(f"filter.confusion.{s}.B", "{:,}")] for s in STYLES]
     rows.append(["precision / recall of Axis A", f"{q.run('filter.axis_a.precision', '{:.3f}', name='AxisAPrecision')} / "
                  f"{q.run('filter.axis_a.recall', '{:.3f}', name='AxisARecall')}", ""])
-    return booktabs(["hidden style", "Axis A", "Axis B"], rows, "The structural filter against the simulation's labels (chapter 04).", "tab:confusion")
+    return booktabs(["hidden style", "Axis A", "Axis B"], rows,
+                    "The structural filter against the simulation's labels (chapter 04).", "tab:confusion")
 
 
 def audits_table(q: Quoted) -> str:
@@ -56,9 +63,11 @@ def audits_table(q: Quoted) -> str:
     return booktabs(["audit", "this run"], rows, "Leak audits of the train / eval split (chapter 04).", "tab:audits")
 
 # %% ../../nbs/07_results/03_tables.ipynb #278f6dea
-_PUB_MAIN = (("this paper (published)", "Qwen3-4B base"), ("this paper (published)", "SFT stack (stages 1-3)"), ("this paper (published)", "SFT stack + KTO"),
+_PUB_MAIN = (("this paper (published)", "Qwen3-4B base"), ("this paper (published)", "SFT stack (stages 1-3)"),
+             ("this paper (published)", "SFT stack + KTO"),
              ("this paper (published)", "strong teacher"), ("this paper (published)", "SN15 top miner"),
-             ("ShoppingBench (published)", "Qwen3-4B SFT"), ("ShoppingBench (published)", "Qwen3-4B SFT + GRPO"), ("ShoppingBench (published)", "GPT-4.1"))
+             ("ShoppingBench (published)", "Qwen3-4B SFT"), ("ShoppingBench (published)", "Qwen3-4B SFT + GRPO"),
+             ("ShoppingBench (published)", "GPT-4.1"))
 
 
 def _pct(q: Quoted, key: str, name: str | None = None) -> str: return q.run(key, "{:.1f}", 100, name=name)
@@ -67,20 +76,25 @@ def _pct(q: Quoted, key: str, name: str | None = None) -> str: return q.run(key,
 def main_results_table(q: Quoted, stages: list[str], source: str = "this run") -> str:
     """Stages of this run, labelled `source` (its model and profile: "SmolLM2-135M-Instruct, smoke"): ASR [95% CI], upstream ASR,
     CAR, pass@1, pass@8, valid calls, difference to the previous stage; then the published rows."""
-    cols = ["system", "source", "ASR %", "ASR upstream %", "CAR", "pass@1 %", "pass@8 %", "valid calls %", "vs previous (pts)"]
+    cols = ["system", "source", "ASR %", "ASR upstream %", "CAR", "pass@1 %", "pass@8 %", "valid calls %",
+            "vs previous (pts)"]
     rows = []
     for s in stages:
         p = f"stage.{s}"
         asr = f"{_pct(q, p + '.asr', macro_name('asr', s))} [{_pct(q, p + '.asr_lo')}, {_pct(q, p + '.asr_hi')}]"
-        diff = (f"{q.run(p + '.vs_prev.diff', '{:+.1f}', 100)} [{q.run(p + '.vs_prev.lo', '{:+.1f}', 100)}, {q.run(p + '.vs_prev.hi', '{:+.1f}', 100)}]"
+        diff = (f"{q.run(p + '.vs_prev.diff', '{:+.1f}', 100)} [{q.run(p + '.vs_prev.lo', '{:+.1f}', 100)}, "
+                f"{q.run(p + '.vs_prev.hi', '{:+.1f}', 100)}]"
                 if p + ".vs_prev.diff" in q.results else "")
         rows.append([STAGE_LABELS.get(s, s), source, asr, _pct(q, p + ".asr_upstream"), q.run(p + ".car", "{:.2f}"),
-                     _pct(q, p + ".pass@1", macro_name("passone", s)), _pct(q, p + ".pass@8", macro_name("passeight", s)), _pct(q, p + ".valid_call_rate"), diff])
+                     _pct(q, p + ".pass@1", macro_name("passone", s)),
+                     _pct(q, p + ".pass@8", macro_name("passeight", s)), _pct(q, p + ".valid_call_rate"), diff])
     for src, system in _PUB_MAIN:
         v = published_value(src, system)
         p1, p8 = published_value(src, system, "pass@1"), published_value(src, system, "pass@8")
-        rows.append([system, src, q.pub(v), "", "", q.pub(p1) if p1 is not None else "", q.pub(p8) if p8 is not None else "", "", ""])
-    return booktabs(cols, rows, "Held-out ASR (production-strict) of every stage, with published reference numbers.", "tab:main", align="llrrrrrrr",
+        rows.append([system, src, q.pub(v), "", "", q.pub(p1) if p1 is not None else "",
+                     q.pub(p8) if p8 is not None else "", "", ""])
+    return booktabs(cols, rows, "Held-out ASR (production-strict) of every stage, with published reference numbers.",
+                    "tab:main", align="llrrrrrrr",
                     notes="This run: the profile's model on the held-out partition; pass@k on the problems that got every sample; brackets: Wilson intervals for ASR, paired-bootstrap intervals for differences. "
                           "Published: reported by the cited papers on their own models and data (not reproduced here).")
 
@@ -92,18 +106,24 @@ def per_category_table(q: Quoted, stages: list[str], categories: list[str], sour
         cells = []
         for c in categories:
             k = f"stage.{s}.asr.{c}"
-            cells.append(f"{_pct(q, k)} [{_pct(q, k + '.lo')}, {_pct(q, k + '.hi')}] (n={q.run(f'stage.{s}.n.{c}', '{:d}')})" if k in q.results else "--")
+            cells.append(f"{_pct(q, k)} [{_pct(q, k + '.lo')}, {_pct(q, k + '.hi')}] "
+                         f"(n={q.run(f'stage.{s}.n.{c}', '{:d}')})" if k in q.results else "--")
         rows.append([STAGE_LABELS.get(s, s), source, *cells])
     for src, system in (("ShoppingBench (published)", "Qwen3-4B base"), ("ShoppingBench (published)", "Qwen3-4B SFT"),
-                        ("ShoppingBench (published)", "Qwen3-4B SFT + GRPO"), ("this paper (published)", "SFT stack"), ("this paper (published)", "SFT stack + KTO")):
+                        ("ShoppingBench (published)", "Qwen3-4B SFT + GRPO"), ("this paper (published)", "SFT stack"),
+                        ("this paper (published)", "SFT stack + KTO")):
         vals = [published_value(src, system, "asr", c) for c in categories]
-        if any(v is not None for v in vals): rows.append([system, src, *[q.pub(v) if v is not None else "--" for v in vals]])
-    return booktabs(["system", "source", *[f"{c} %" for c in categories]], rows, "Held-out ASR per category (production-strict).", "tab:category",
+        if any(v is not None for v in vals): rows.append([system, src, *[q.pub(v) if v is not None else "--"
+                                                                         for v in vals]])
+    return booktabs(["system", "source", *[f"{c} %" for c in categories]], rows,
+                    "Held-out ASR per category (production-strict).", "tab:category",
                     align="ll" + "r" * len(categories))
 
 # %% ../../nbs/07_results/03_tables.ipynb #7089f197
-STAGE_WORDS = {"base": "the base model", "stage1_sft": "SFT", "stage2_rejection": "rejection-sampled re-SFT", "stage3_teacher": "teacher-SFT",
-               "stage4_kto": "KTO", "dr_grpo": "Dr.~GRPO", "outcome_grpo": "outcome-reward GRPO"}  # stage names in words: digits in a sentence would be numbers
+STAGE_WORDS = {"base": "the base model", "stage1_sft": "SFT", "stage2_rejection": "rejection-sampled re-SFT",
+               "stage3_teacher": "teacher-SFT",
+               # stage names in words: digits in a sentence would be numbers
+               "stage4_kto": "KTO", "dr_grpo": "Dr.~GRPO", "outcome_grpo": "outcome-reward GRPO"}
 
 
 class _Facts:
@@ -145,9 +165,12 @@ def _did_kto(f: _Facts, prev: str) -> str | None:
     own, corpus = f["desirable_own"], f["desirable_corpus"]
     if own and not corpus: return f"{head} and learns{f.steps()} from its {f.n('desirable_own', 'success', 'successes')} as desirable against its {und} as undesirable"
     if own: return (f"{head}; its desirable side is its {f.n('desirable_own', 'own success', 'own successes')} topped up with "
-                    f"{f.n('desirable_corpus', 'corpus trajectory', 'corpus trajectories')} ({f.n('desirable', 'example', 'examples')} in all), against its {und}, and it learns from them{f.steps()}")
+                    f"{f.n('desirable_corpus', 'corpus trajectory', 'corpus trajectories')} "
+                    f"({f.n('desirable', 'example', 'examples')} in all), against its {und}, and it learns from "
+                    f"them{f.steps()}")
     if corpus: return (f"{head} and succeeds in none, so its desirable side is corpus trajectories only "
-                       f"({f.n('desirable_corpus', 'trajectory', 'trajectories')}), against its {und}, and it learns from them{f.steps()}")
+                       f"({f.n('desirable_corpus', 'trajectory', 'trajectories')}), against its {und}, and it learns "
+                       f"from them{f.steps()}")
     return f"{head} and succeeds in none; with no desirable example it learns{f.steps()} from its {und} alone"
 
 
@@ -167,7 +190,8 @@ def _did_grpo(f: _Facts, prev: str) -> str | None:
     return f"plays the sandbox{probs} and trains on the outcome reward{f.steps()}"  # outcome GRPO: no states screened
 
 
-_DID = {"stage1_sft": _did_sft, "stage2_rejection": _did_rejection, "stage3_teacher": _did_teacher, "stage4_kto": _did_kto, "dr_grpo": _did_grpo,
+_DID = {"stage1_sft": _did_sft, "stage2_rejection": _did_rejection, "stage3_teacher": _did_teacher,
+        "stage4_kto": _did_kto, "dr_grpo": _did_grpo,
         "outcome_grpo": _did_grpo}
 
 
@@ -187,7 +211,8 @@ def grpo_pass_sentence(q: Quoted, before: str, after: str) -> str:
     n, p1b, p8b = q.run(f"{a}.pass_problems", "{:d}"), q.run(f"{b}.pass@1", "{:.1f}", 100), q.run(f"{b}.pass@8", "{:.1f}", 100)
     headroom = r[f"{b}.pass@8"] > r[f"{b}.pass@1"]
     head = f"on the {n} held-out problems both stages sampled, " + (f"{wb} leaves pass@8 at {p8b}\\% against a pass@1 of {p1b}\\%" if headroom else
-                                                                     f"{wb}'s pass@8 equals its pass@1 ({p1b}\\%), no headroom to convert")
+                                                                     f"{wb}'s pass@8 equals its pass@1 ({p1b}\\%), no "
+                                                                     f"headroom to convert")
     change = change_sentence(q, f"{b}.pass@1", f"{a}.pass@1", d + ".diff", d + ".lo", d + ".hi", what="pass@1")
     verdict = change_verdict(r[d + ".lo"], r[d + ".hi"])
     if verdict == "up": tail = f"pass@1 {'moves toward' if r[a + '.pass@1'] < r[b + '.pass@8'] else 'reaches'} the pass@8 {wb} had"
@@ -206,7 +231,8 @@ def prose_macros(q: Quoted, stages: list[str]) -> dict[str, str]:
         p = f"stage.{s}"
         out[macro_name("did", s)] = did_sentence(q, s, prev)
         if p + ".vs_prev.diff" in q.results:
-            out[macro_name("change", s)] = change_sentence(q, f"stage.{prev}.asr", p + ".asr", p + ".vs_prev.diff", p + ".vs_prev.lo", p + ".vs_prev.hi")
+            out[macro_name("change", s)] = change_sentence(q, f"stage.{prev}.asr", p + ".asr", p + ".vs_prev.diff",
+                                                           p + ".vs_prev.lo", p + ".vs_prev.hi")
         if (prev == "stage4_kto" and s in ("dr_grpo", "outcome_grpo") and p + ".vs_prev.pass@1.diff" in q.results
                 and all(q.results.get(f"stage.{x}.pass@8") is not None for x in (prev, s))):
             out["GrpoPassClaim"] = grpo_pass_sentence(q, prev, s)
@@ -222,9 +248,12 @@ def prose_macros(q: Quoted, stages: list[str]) -> dict[str, str]:
     return out
 
 # %% ../../nbs/07_results/03_tables.ipynb #d5e86aa2
-_PUB_PROSE = {"PubBaseAsr": ("this paper (published)", "Qwen3-4B base"), "PubStackAsr": ("this paper (published)", "SFT stack (stages 1-3)"),
-              "PubTeacherAsr": ("this paper (published)", "strong teacher"), "PubTopMinerAsr": ("this paper (published)", "SN15 top miner"),
-              "PubShoppingBenchSftAsr": ("ShoppingBench (published)", "Qwen3-4B SFT"), "PubShoppingBenchGrpoAsr": ("ShoppingBench (published)", "Qwen3-4B SFT + GRPO"),
+_PUB_PROSE = {"PubBaseAsr": ("this paper (published)", "Qwen3-4B base"),
+              "PubStackAsr": ("this paper (published)", "SFT stack (stages 1-3)"),
+              "PubTeacherAsr": ("this paper (published)", "strong teacher"),
+              "PubTopMinerAsr": ("this paper (published)", "SN15 top miner"),
+              "PubShoppingBenchSftAsr": ("ShoppingBench (published)", "Qwen3-4B SFT"),
+              "PubShoppingBenchGrpoAsr": ("ShoppingBench (published)", "Qwen3-4B SFT + GRPO"),
               "PubGptAsr": ("ShoppingBench (published)", "GPT-4.1")}
 
 

