@@ -150,7 +150,7 @@ def test_the_grain_check_can_fail(tmp_path):
 
 # every layout `core.run` defines, so that a new one is guarded without being listed here
 LAYOUTS = [c for c in vars(layout).values() if isinstance(c, type) and issubclass(c, layout.Layout) and c is not layout.Layout]
-RUN_FOLDERS = {"sandbox", "arena", "trajectories", "corpus", "train", "loop", "results", "arena_rules", "run_agent", *layout.STAGES}
+RUN_FOLDERS = {"sandbox", "arena", "trajectories", "corpus", "train", "loop", "results", "arena_rules", "run_agent", *layout.stage_names()}
 
 
 def run_names() -> set[str]:

@@ -19,11 +19,13 @@ def full_rows():
 
 
 def test_full_profile_builds_every_trainer(full_rows):
-    built = {r["stages"].split(" ")[0]: r for r in full_rows if r["trainer"] != "note"}
-    assert set(built) == {"1-3", "4", "5", "5'"}
-    assert built["1-3"]["lora"] is True and built["1-3"]["max_length"] == 14_336
-    assert built["4"]["beta"] == pytest.approx(0.02)
-    g = built["5"]
+    "One row per trainer, each naming the stages it serves from the recipe's list (`core.run.RECIPE`)."
+    built = {r["stages"]: r for r in full_rows if r["trainer"] != "note"}
+    assert set(built) == {"S1 SFT, S2 rejection re-SFT, S3 teacher-SFT", "S4 KTO", "S5 Dr. GRPO", "S5 outcome GRPO"}
+    sft = built["S1 SFT, S2 rejection re-SFT, S3 teacher-SFT"]
+    assert sft["lora"] is True and sft["max_length"] == 14_336
+    assert built["S4 KTO"]["beta"] == pytest.approx(0.02)
+    g = built["S5 Dr. GRPO"]
     assert (g["loss_type"], g["scale_rewards"], g["beta"]) == ("dr_grpo", "none", 0.0)
     assert g["lr"] == pytest.approx(1e-6) and g["num_generations"] == 8
 

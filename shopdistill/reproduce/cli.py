@@ -22,13 +22,13 @@ from ..core.ledger import InputError
 from ..core.settings import ConfigError
 from .driver import (ReproduceError, run_lock, check_published, notebook_matches, profile_checks,
                                           reproduce, require_ready)
-from ..core.run import GeneratedFolder, generated_dir
+from ..core.run import GeneratedFolder, generated_dir, recipe
 from ..sandbox.scoring import score_report
 from ..sandbox.server import serve
 from ..sandbox.tasks import TaskFormatError
 from .doctor import preflight_report
-from ..training.cli import dry_run, run_stage, stage_name, start_policy
-from ..training.stages import load_recipe, stage_frame
+from ..training.cli import dry_run, stage_name, start_policy
+from ..training.stages import load_recipe, run_stage, stage_frame
 from ..training.trainer import is_main_process, process_rank
 
 # %% ../../nbs/99_reproduce/03_cli.ipynb #1b492d1f
@@ -95,9 +95,8 @@ def _score(args) -> int:
 def _train_arguments(p):
     p.add_argument("--profile", default="smoke", help="settings file under configs/ (default: smoke)")
     p.add_argument("--stage", metavar="NAME",
-                   help="run one stage: base, stage1_sft (sft), stage2_rejection (rejection), stage3_teacher "
-                        "(teacher), stage4_kto (kto), dr_grpo (grpo), outcome_grpo; under `accelerate launch` every "
-                        "process trains, the main one writes")
+                   help="run one stage: " + ", ".join(f"{s.name} ({s.alias})" for s in recipe())
+                        + "; under `accelerate launch` every process trains, the main one writes")
     p.add_argument("--dry-run", action="store_true",
                    help="build every trainer on the tiny model with the profile's settings, train nothing")
     p.add_argument("--start-policy", action="store_true",
@@ -138,7 +137,7 @@ def _train_stage(s, name: str, force: bool, check: bool) -> int:
         shutil.rmtree(run.stage(name).path, ignore_errors=True)
     run.make()
     with run_lock(run) if main_process else nullcontext():
-        row = run_stage(name, load_recipe(run, s.train, s.catalog, s.search, s.tasks), s.kto, s.grpo)
+        row = run_stage(name, load_recipe(run, s.train, s.catalog, s.search, s.tasks), s)
         if main_process and row is not None: stage_frame(run.train())  # the stage table, this row included
     if not main_process: return 0
     if row is None: print(f"stage {name}: nothing to do for profile {s.profile}")

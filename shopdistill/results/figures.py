@@ -10,7 +10,8 @@ __all__ = ['STYLE_COLORS', 'draw_pipeline', 'save_figure', 'funnel_figure', 'are
 import numpy as np
 from pathlib import Path
 from ..core.run import figures_dir
-from .collect import STAGE_LABELS, pass_at_k_curve
+from ..core.run import stage_label
+from .collect import pass_at_k_curve
 
 # %% ../../nbs/07_results/04_figures.ipynb #04152d45
 _STAGE_BOXES = (
@@ -125,7 +126,7 @@ def stages_figure(res: dict, stages: list[str], published: dict | None = None, a
     for i, v in enumerate(asr): ax.text(i, hi[i] + 1.5, f"{v:.1f}", ha="center", fontsize=8)
     for (label, v), c in zip((published or {}).items(), ("#c44e52", "#8172b2", "#937860", "#55a868")):
         ax.axhline(v, ls="--", lw=1, color=c, label=f"{label}: {v:g}")
-    ax.set_xticks(x, [STAGE_LABELS.get(s, s) for s in stages], rotation=20, fontsize=8)
+    ax.set_xticks(x, [stage_label(s) for s in stages], rotation=20, fontsize=8)
     ax.set(ylim=(0, 100), ylabel="held-out ASR, production-strict (%)",
            title="Every stage on the held-out partition (Wilson 95%)" + (f"\n{label}" if label else ""))
     if published: ax.legend(fontsize=7, loc="upper left")
@@ -140,7 +141,7 @@ def pass_at_k_figure(by_stage: dict, ks=(1, 2, 4, 8), ax=None, label: str | None
     for s, eps in by_stage.items():
         ys = np.array(pass_at_k_curve(eps, ks)) * 100
         top = max(top, np.nanmax(ys) if np.isfinite(ys).any() else 0.0)
-        ax.plot(ks, ys, marker="o", label=STAGE_LABELS.get(s, s))
+        ax.plot(ks, ys, marker="o", label=stage_label(s))
     ax.set(xscale="log", xlabel="k (samples per problem)", ylabel="pass@k (%)",
            title="pass@k on the held-out partition" + (f"\n{label}" if label else ""),
            ylim=(0, max(10.0, top * 1.15)))  # a percentage: never below 0, and a flat zero line stays readable
@@ -162,7 +163,7 @@ def category_figure(res: dict, stages: list[str], categories: list[str], ax=None
             if k not in res: continue
             xs.append(i + j * width); ys.append(res[k] * 100); lo.append(res[k + ".lo"] * 100); hi.append(res[k + ".hi"] * 100)
         ys, lo, hi = np.array(ys), np.array(lo), np.array(hi)
-        ax.bar(xs, ys, width, label=STAGE_LABELS.get(s, s))
+        ax.bar(xs, ys, width, label=stage_label(s))
         ax.errorbar(xs, ys, yerr=[ys - lo, hi - ys], fmt="none", ecolor="black", capsize=2, lw=0.8)
     ax.set_xticks(np.arange(len(categories)) + width * (len(stages) - 1) / 2, categories)
     ax.set(ylim=(0, 100), ylabel="held-out ASR, production-strict (%)",

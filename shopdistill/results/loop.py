@@ -17,7 +17,7 @@ from ..arena.season import (AgentVersion, ArenaTracesSettings, Season, clear_sta
                                       run_work, set_state)
 from ..arena.tool_client import current_client, episode_env
 from ..core.progress import progress as progress_bar
-from ..core.run import STAGES, Run, TrainFolder
+from ..core.run import Run, TrainFolder, stage_names
 from .tex import Quoted, booktabs
 from ..sandbox.catalog import CatalogSettings
 from ..sandbox.profile import load_sandbox
@@ -44,8 +44,8 @@ class LoopSettings:
 
 
 def last_checkpoint_stage(train: TrainFolder) -> str:
-    "The last stage of the recipe (`core.run.STAGES`) that has a policy in `train` (a run's `train()` folder)."
-    found = [s for s in STAGES if train.stage(s).has_policy]
+    "The last stage of the recipe (`core.run.RECIPE`) that has a policy in `train` (a run's `train()` folder)."
+    found = [s for s in stage_names() if train.stage(s).has_policy]
     if not found: raise FileNotFoundError(f"no stage checkpoint under {train.path}: run chapters 05 and 06 "
                                           f"(nbs/05_supervised_stack/, nbs/06_dr_grpo/) first")
     return found[-1]

@@ -25,7 +25,7 @@ from .evaluation import evaluate_stage, reuse_evaluation
 from .policy import load_policy
 from .rejection import rejection_problems
 from .settings import LoraSettings
-from .stages import Recipe, record_timing, require_policy
+from .stages import Recipe, record_timing, start_stage
 from .trainer import (is_main_process, peft_config, progress_callback, shared_result, train_stage,
                                           trainer_arguments)
 
@@ -306,8 +306,8 @@ def _screened(r: Recipe, model, tok, gs: GrpoSettings, stage: StageFolder) -> di
 def run_stage5(r: Recipe, gs: GrpoSettings) -> dict | None:
     """Stage 5 with the reward `gs.reward` (section `grpo`) from the stage-4 policy, into `dr_grpo` (per-step) or `outcome_grpo`
     unless the stage has a policy; its evaluation row (None outside the main process)."""
-    ts, prev = r.ts, require_policy(r.run.stage("stage4_kto"))
     name = "dr_grpo" if gs.reward == "per_step" else "outcome_grpo"  # chapter 05's stage table knows both
+    ts, prev = r.ts, start_stage(r, name)
     stage = r.run.stage(name)
     model, tok = load_policy(str(prev.policy), ts)
     screen, states = None, None
