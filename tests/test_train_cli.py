@@ -44,3 +44,17 @@ def test_cli_dry_run_prints_a_summary(capsys):
     from shopdistill.reproduce.cli import main
     assert main(["train", "--profile", "smoke", "--dry-run"]) == 0
     assert "trainers built, nothing trained" in capsys.readouterr().out
+
+
+def test_train_reads_its_profile_once(monkeypatch, capsys):
+    "`shopdistill train` hands the settings it checked to the driver instead of the driver reading the YAML again."
+    import shopdistill.reproduce.cli as cli
+    import shopdistill.reproduce.driver as driver
+    reads = []
+    counted = lambda load: lambda *a, **k: reads.append(a[0]) or load(*a, **k)
+    monkeypatch.setattr(cli, "load_config", counted(cli.load_config))
+    monkeypatch.setattr(driver, "load_config", counted(driver.load_config))
+    monkeypatch.setattr(driver, "find_chapters", lambda nbs: [])  # stop before any notebook runs
+    assert cli.main(["train", "--profile", "ci", "--no-preflight"]) == 1
+    assert "no chapter notebooks" in capsys.readouterr().err
+    assert reads == ["ci"]

@@ -123,7 +123,7 @@ def _train(args) -> int:
         print(start_policy(args.stage, s.run, s.train))
         return 0
     if args.stage: return _train_stage(s, stage_name(args.stage), args.force, not args.no_preflight)
-    reproduce(args.profile, only=["05", "06"], force=args.force, preflight=not args.no_preflight)
+    reproduce(args.profile, only=["05", "06"], force=args.force, preflight=not args.no_preflight, settings=s)
     return 0
 
 # %% ../../nbs/99_reproduce/03_cli.ipynb #4a8a654a

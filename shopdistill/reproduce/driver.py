@@ -198,12 +198,13 @@ def _shown(path: Path, root: Path) -> str:
     return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
 
-def _folders(profile, nbs_dir, runs_root, configs_dir):
-    "(nbs folder, settings file, `Settings`, `Run`) of a reproduction, honouring the overrides."
+def _folders(profile, nbs_dir, runs_root, configs_dir, settings=None):
+    """(nbs folder, settings file, `Settings`, `Run`) of a reproduction, honouring the overrides; `settings`, when the caller
+    already loaded the profile's, are used as they are (a process reads its profile once)."""
     nbs = Path(nbs_dir).absolute() if nbs_dir is not None else repo_root() / "nbs"
     if not nbs.is_dir(): raise ReproduceError(f"notebook folder {nbs} does not exist")
     cfg_file = profile_path(profile, configs_dir)
-    settings = load_config(cfg_file, configs_dir)
+    settings = settings if settings is not None else load_config(cfg_file, configs_dir)
     runs = Path(runs_root).absolute() if runs_root is not None else default_runs_root()
     return nbs, cfg_file, settings, Run.of(settings.profile, runs)
 
@@ -575,13 +576,13 @@ def _run_one(c, i, selected, chapters, run, manifest, previous, inputs, ctx) -> 
 
 # %% ../../nbs/99_reproduce/02_driver.ipynb #e20adfc1
 def reproduce(profile="smoke", only=None, flags=(), force=False, *, nbs_dir=None, runs_root=None, configs_dir=None,
-              html=True, progress=True, timeout=None, preflight=True) -> dict:
+              html=True, progress=True, timeout=None, preflight=True, settings=None) -> dict:
     """Run the chapters' notebooks in order with papermill into `runs/<profile>/`, reusing unchanged ones; returns the manifest.
     When the selection holds a chapter that trains or evaluates a model (`MODEL_CHAPTERS`), a profile that needs a GPU is
     checked first (`require_ready`, unless `preflight` is off). A profile that publishes gets its record written
-    (`write_record`) once every notebook is up to date."""
+    (`write_record`) once every notebook is up to date. `settings`: the profile's, when the caller has loaded them."""
     flags = normalise_flags([*normalise_flags(flags), *RUN_FLAGS])
-    nbs, cfg_file, settings, run = _folders(profile, nbs_dir, runs_root, configs_dir)
+    nbs, cfg_file, settings, run = _folders(profile, nbs_dir, runs_root, configs_dir, settings)
     chapters = find_chapters(nbs)
     if not chapters: raise ReproduceError(f"no chapter notebooks (NN_*/MM_*.ipynb, NN in 00..89) in {nbs}")
     selected = select_chapters(chapters, only)

@@ -78,12 +78,15 @@ def record_timing(train: TrainFolder, seconds: dict, chapter: str = "05") -> Non
 
 
 def trained_settings(r: Recipe, ts: TrainSettings) -> TrainSettings:
-    """The `train` section `ts` with stage 1's learning rate, the winner of its sweep (`sweep.json`), once stage 1 chose it:
-    stages 2-3 continue at it. Read from disk because a stage run alone (`shopdistill train --stage`) follows a stage 1
-    trained in another process."""
-    s1 = r.run.stage("stage1_sft")
-    if not s1.sweep_result.is_file(): return ts
-    return replace(ts, sft=replace(ts.sft, lr=float(json.loads(s1.sweep_result.read_text())["best"])))
+    """The `train` section `ts` with stage 1's learning rate, the winner of its sweep, once stage 1 chose it: stages 2-3
+    continue at it. Stage 1 hands it on in `r.notes`; only a stage run alone (`shopdistill train --stage`, or a run resumed
+    after stage 1) reads it back from stage 1's `sweep.json`."""
+    lr = r.notes.get("stage1_lr")
+    if lr is None:
+        s1 = r.run.stage("stage1_sft")
+        if not s1.sweep_result.is_file(): return ts
+        lr = r.notes["stage1_lr"] = float(json.loads(s1.sweep_result.read_text())["best"])
+    return replace(ts, sft=replace(ts.sft, lr=lr))
 
 # %% ../../nbs/05_supervised_stack/14_stage_table.ipynb #89c28664
 def stage_eval(r: Recipe, name: str, spec: str) -> dict | None:
@@ -129,7 +132,8 @@ def run_stage1(r: Recipe, ts: TrainSettings) -> dict | None:
             sweep = sweep_lr(lambda: load_policy(spec, ts)[0], tok, rows, corpus_rows(r.corpus["eval"], tok),
                              ts, s1.sweep)
             if is_main_process(): write_json(s1.make().sweep_result, {str(k): v for k, v in sweep.items()})
-        sft(policy, tok, rows, replace(ts, sft=replace(ts.sft, lr=_sweep_best(s1))), s1)
+        r.notes["stage1_lr"] = _sweep_best(s1)  # stages 2-3 continue at it (`trained_settings`)
+        sft(policy, tok, rows, replace(ts, sft=replace(ts.sft, lr=r.notes["stage1_lr"])), s1)
     if not is_main_process(): return None
     record_timing(r.run.train(), {"stage1_sft": round(json.loads(s1.train_log.read_text())["train_seconds"], 1)})
     return stage_eval(r, "stage1_sft", str(s1.policy))
