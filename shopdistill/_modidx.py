@@ -2483,6 +2483,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                                'shopdistill/training/settings.py'),
                                                'shopdistill.training.settings.LoraSettings': ( '05_supervised_stack/settings.html#lorasettings',
                                                                                                'shopdistill/training/settings.py'),
+                                               'shopdistill.training.settings.OptimSettings': ( '05_supervised_stack/settings.html#optimsettings',
+                                                                                                'shopdistill/training/settings.py'),
                                                'shopdistill.training.settings.RejectionSettings': ( '05_supervised_stack/settings.html#rejectionsettings',
                                                                                                     'shopdistill/training/settings.py'),
                                                'shopdistill.training.settings.RolloutSettings': ( '05_supervised_stack/settings.html#rolloutsettings',

@@ -24,7 +24,7 @@ from .rollout import BACKENDS, close_vllm, episode_seed
 from .evaluation import evaluate_stage, reuse_evaluation
 from .policy import load_policy
 from .rejection import rejection_problems
-from .settings import LoraSettings
+from .settings import OptimSettings
 from .stages import Recipe, record_timing, start_stage
 from .trainer import (is_main_process, peft_config, progress_callback, shared_result, train_stage,
                                           trainer_arguments)
@@ -33,7 +33,7 @@ from .trainer import (is_main_process, peft_config, progress_callback, shared_re
 REWARDS = ("per_step", "outcome")
 
 @dataclass(frozen=True)
-class GrpoSettings(LoraSettings):
+class GrpoSettings(OptimSettings):
     "The `grpo` section of a profile: stage 5 (Dr. GRPO), its data, its reward and its trainer, every knob explicit."
     reward: str = "per_step"  # per_step: teacher-grounded reward on the per-step view | outcome: sandbox episodes, production_strict success
     # the objective (Dr. GRPO, Liu et al. 2025)
@@ -45,14 +45,10 @@ class GrpoSettings(LoraSettings):
     num_iterations: int = 1  # policy updates per generation batch (1: on-policy, the clip never binds)
     importance_sampling_level: str = "token"
     mask_truncated_completions: bool = False
-    # optimiser
+    # optimiser (`OptimSettings`: only GRPO's own defaults here)
     lr: float = 1e-6
     scheduler: str = "constant"
     warmup_ratio: float = 0.0
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
     # sampling
     num_generations: int = 8  # samples per state (the group)
     temperature: float = 1.0
@@ -62,8 +58,6 @@ class GrpoSettings(LoraSettings):
     # batching: batch_size * grad_accum completions per optimiser step, a multiple of num_generations
     batch_size: int = 8
     grad_accum: int = 4
-    epochs: float = 1.0
-    max_steps: int = -1  # > 0 caps the stage (smoke)
     # states (per_step)
     screen_states: int = 2000  # train-split states sampled from the per-step view and screened (0: all)
     screen_samples: int = 8  # samples of the previous stage's model per screened state
@@ -74,14 +68,12 @@ class GrpoSettings(LoraSettings):
     # outcome
     outcome_problems: int = 0  # open-pool problems played per epoch (0: all)
     max_tool_calls: int = 30  # tool-calling iterations per episode (upstream step cap)
-    # precision and backend (LoRA: `LoraSettings`)
-    bf16: bool = True  # autocast on GPUs and on CPUs that compute bf16 natively (`cpu_bf16`); fp32 elsewhere
+    # backend (precision: `OptimSettings`; LoRA: `LoraSettings`)
     use_vllm: bool = False
     vllm_mode: str = "colocate"  # colocate | server (`trl vllm-serve --model <checkpoint dir>`)
     vllm_gpu_memory_utilization: float = 0.3
     logging_steps: int = 5
     save_steps: int = 100
-    seed: int = 0
 
     def __post_init__(self):
         if self.reward not in REWARDS: raise ValueError(f"grpo.reward must be one of {REWARDS}, got {self.reward!r}")

@@ -16,13 +16,13 @@ from ..corpus.trajectory import from_arrow_row
 from .evaluation import read_episodes, write_episodes
 from .rendering import sft_row
 from .rollout import run_episodes
-from .settings import LoraSettings, RolloutSettings
+from .settings import OptimSettings, RolloutSettings
 from ..core.run import StageFolder
 from .trainer import peft_config, progress_callback, shared_result, train_stage, trainer_arguments
 
 # %% ../../nbs/05_supervised_stack/13_kto.ipynb #d0ebf7f0
 @dataclass(frozen=True)
-class KtoSettings(LoraSettings):
+class KtoSettings(OptimSettings):
     "The `kto` section of a profile: stage 4 (TRL's KTOTrainer on the previous stage's scored episodes), every knob explicit."
     beta: float = 0.02  # the paper's
     loss_type: str = "kto"
@@ -31,23 +31,12 @@ class KtoSettings(LoraSettings):
     temperature: float = 0.9
     top_p: float = 0.95
     lr: float = 5e-6
-    scheduler: str = "cosine"
     warmup_ratio: float = 0.1
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    epochs: float = 1.0
-    max_steps: int = -1  # > 0 caps the stage (smoke)
     batch_size: int = 4  # per device; > 1, because the KL baseline is estimated within the batch
     grad_accum: int = 8
     balance: bool = True  # desirable/undesirable weights from the KTO paper's Eq. 8
     min_desirable: int = 0  # fewer successful episodes than this: top up with successful corpus trajectories (0: never)
     max_length: int = 14_336
-    bf16: bool = True  # autocast on GPUs and on CPUs that compute bf16 natively (`cpu_bf16`); fp32 elsewhere
-    logging_steps: int = 10
-    save_steps: int = 200
-    seed: int = 0
 
     def __post_init__(self):
         if self.batch_size < 2: raise ValueError("kto.batch_size must be at least 2: KTO estimates its KL baseline "

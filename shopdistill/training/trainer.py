@@ -16,7 +16,7 @@ from ..core.progress import progress
 from ..core.run import StageFolder
 from .policy import save_policy
 from .rollout import close_vllm
-from .settings import LoraSettings, cpu_bf16
+from .settings import LoraSettings, OptimSettings, cpu_bf16
 
 # %% ../../nbs/05_supervised_stack/09_trainer.ipynb #15ff4e06
 def peft_config(s: LoraSettings):
@@ -32,9 +32,9 @@ def bf16_autocast(asked: bool, cpu: bool) -> bool:
     return bool(asked and (not cpu or cpu_bf16()))
 
 
-def trainer_arguments(s, out_dir, *, cpu: bool, lr: float | None = None, max_steps: int | None = None) -> dict:
-    """The keywords of a TRL config that every stage takes from its settings `s` (`SftSettings`, `KtoSettings`, `GrpoSettings`:
-    the same field names): AdamW and its betas, the schedule, the batch, precision (`bf16_autocast`), seeds, checkpoints under
+def trainer_arguments(s: OptimSettings, out_dir, *, cpu: bool, lr: float | None = None, max_steps: int | None = None) -> dict:
+    """The keywords of a TRL config that every stage takes from its settings `s` (an `OptimSettings`: `SftSettings`,
+    `KtoSettings` or `GrpoSettings`): AdamW and its betas, the schedule, the batch, precision (`bf16_autocast`), seeds, checkpoints under
     `out_dir` and logging. `lr` and `max_steps` replace the settings' own (the sweep, stages 2 and 3)."""
     return dict(output_dir=str(out_dir), learning_rate=s.lr if lr is None else lr, lr_scheduler_type=s.scheduler,
                 warmup_steps=float(s.warmup_ratio),  # a float in [0, 1) is a ratio (transformers 5)
