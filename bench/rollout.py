@@ -109,6 +109,7 @@ def main():
     ap.add_argument("--json", default=None, help="write the results here too")
     a = ap.parse_args()
     import datasets, torch
+    from shopdistill.core.run import find_stage
     from shopdistill.reproduce.settings import load_config
     from shopdistill.core.progress import quiet_libraries
     from shopdistill.training.policy import load_policy
@@ -122,7 +123,7 @@ def main():
     data = load_config(a.data) if a.data else cfg
     ts = cfg.train
     run = data.run
-    stage1 = run.stage("stage1_sft")
+    stage1 = run.stage(find_stage("sft").name)
     spec = a.model or (str(stage1.policy) if stage1.has_policy else ts.base)
     bank = [json.loads(l) for l in open(run.bank())]
     corpus = datasets.load_from_disk(str(run.corpus().dataset))

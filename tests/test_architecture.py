@@ -76,6 +76,24 @@ def test_no_module_imports_a_later_one_or_hides_an_import_in_a_function():
                 assert order[target] < order[mod], f"{mod} imports the later module {target}"
 
 
+def test_each_package_holds_consecutive_chapters():
+    """A package is one floor of the house: its notebooks stand together in reading order, so an import between two packages
+    always runs down the chapters (chapter 00's rules live in `mechanics/`, below the sandbox; chapter 02's arena above it)."""
+    packages = [m.split(".")[0] for m, _ in sorted(module_order().items(), key=lambda kv: kv[1])]
+    runs = [p for i, p in enumerate(packages) if i == 0 or p != packages[i - 1]]
+    assert len(runs) == len(set(runs)), f"a package's notebooks are split by another package's: {runs}"
+
+
+def test_no_module_imports_another_modules_private_name():
+    "A `_name` is its module's own: a name another module needs is public, and demonstrated where it is defined."
+    for p in sorted(LIB.rglob("*.py")):
+        if p.name == "_modidx.py": continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("shopdistill")):
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                assert not private, f"{p.relative_to(ROOT)} imports {private} from {node.module}"
+
+
 def test_no_code_cell_is_longer_than_sixty_lines():
     "One piece per cell, then what runs it: a cell a reader can take in at once."
     long = [f"{nb.relative_to(NBS)} cell {i}: {c['source'].count(chr(10)) + 1} lines"
@@ -83,9 +101,56 @@ def test_no_code_cell_is_longer_than_sixty_lines():
     assert not long, long
 
 
+def is_export(src: str) -> bool: return re.search(r"^#\|\s*export\b", src, re.M) is not None
+
+
+def code_tree(src: str) -> ast.Module | None:
+    "A cell's code with IPython's `!`/`%` lines blanked; None where it is not Python."
+    try: return ast.parse(re.sub(r"^\s*[!%].*$", "", src, flags=re.M))
+    except SyntaxError: return None
+
+
+def names_read(src: str) -> set[str]:
+    tree = code_tree(src)
+    if tree is None: return set(re.findall(r"\w+", src))
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+
+
+def grain(nb: Path) -> tuple[list[str], list[int]]:
+    "The public exported functions `nb` never runs after defining them, and its export cells that follow another with no demonstration between."
+    code = [c["source"] for c in cells(nb) if c["cell_type"] == "code"]
+    undemonstrated, adjacent, pending = [], [], False
+    for i, src in enumerate(code):
+        if not is_export(src):
+            pending = pending and not src.strip()
+            continue
+        tree = code_tree(src)
+        if tree is None or all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in tree.body): continue
+        if pending: adjacent.append(i)
+        pending = True
+        later = set().union(*(names_read(s) for s in code[i + 1:] if not is_export(s)))
+        undemonstrated += [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                           and not n.name.startswith("_") and n.name not in later]
+    return undemonstrated, adjacent
+
+
+def test_notebooks_are_in_nbdevs_grain():
+    "Each exported piece is followed by what runs it: a public function its notebook never calls is a module file's, not a chapter's."
+    found = {str(nb.relative_to(NBS)): g for nb in notebooks() if any(g := grain(nb))}
+    assert not found, found
+
+
+def test_the_grain_check_can_fail(tmp_path):
+    "Two export cells back to back, the first never called: both faults are seen."
+    nb = tmp_path / "x.ipynb"
+    src = ["#| export\ndef shown(): return 1", "#| export\ndef hidden(): return shown()", "shown()"]
+    nb.write_text(json.dumps({"cells": [{"cell_type": "code", "source": s} for s in src]}))
+    assert grain(nb) == (["hidden"], [1])
+
+
 # every layout `core.run` defines, so that a new one is guarded without being listed here
 LAYOUTS = [c for c in vars(layout).values() if isinstance(c, type) and issubclass(c, layout.Layout) and c is not layout.Layout]
-RUN_FOLDERS = {"sandbox", "arena", "trajectories", "corpus", "train", "loop", "results", "arena_rules", "run_agent", *layout.STAGES}
+RUN_FOLDERS = {"sandbox", "arena", "trajectories", "corpus", "train", "loop", "results", "arena_rules", "run_agent", *layout.stage_names()}
 
 
 def run_names() -> set[str]:

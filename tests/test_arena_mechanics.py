@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from shopdistill.arena.rules import U16_MAX, ArenaSettings, Entry, MarginSettings, best_per_hotkey, challenge_margin, consensus_weight, emission_split, final_score, judge_coefficient, miner_emission, qualifiers, race_standings, race_winner, rank_race, u16_weights, weight_vector, yuma_epoch
+from shopdistill.mechanics.rules import U16_MAX, ArenaSettings, Entry, MarginSettings, best_per_hotkey, challenge_margin, consensus_weight, emission_split, final_score, judge_coefficient, miner_emission, qualifiers, race_standings, race_winner, rank_race, u16_weights, weight_vector, yuma_epoch
 from shopdistill.reproduce.settings import load_config
 
 

@@ -58,7 +58,7 @@ def test_no_leak_cluster_in_both_splits(corpus):
 def test_planted_paraphrase_joins_its_cluster(corpus, tiny_corpus):
     "A held-out problem re-entering under another name (a paraphrase, no id, no gold) lands in its original's cluster."
     out, s, decisions, rows = corpus
-    from shopdistill.arena.rules import ArenaSettings
+    from shopdistill.mechanics.rules import ArenaSettings
     from shopdistill.reproduce.settings import load_config
     from shopdistill.corpus.splits import load_bank, paraphrase, problem_clusters, problem_key, problems_present
     d, _ = tiny_corpus

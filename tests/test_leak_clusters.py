@@ -7,14 +7,14 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
-from shopdistill.arena.rules import ArenaSettings
+from shopdistill.mechanics.rules import ArenaSettings
 from shopdistill.sandbox.catalog import Catalog, generate_catalog
 from shopdistill.reproduce.settings import load_config
-from shopdistill.arena.pools import POOLS, assign_pools, pool_audit, public_suite, race_problems
-from shopdistill.arena.paraphrase import VARIANT_KINDS, golds_of, render_query, swap_synonyms, toggle_line_breaks, voucher_text, draw_style
-from shopdistill.arena.bank import build_bank, planted_clusters
-from shopdistill.arena.paraphrase import constraint_key, gold_ids
-from shopdistill.arena.clusters import leak_clusters, normalise_text, pairwise_scores, strip_gold
+from shopdistill.mechanics.pools import POOLS, assign_pools, pool_audit, public_suite, race_problems
+from shopdistill.mechanics.paraphrase import VARIANT_KINDS, golds_of, render_query, swap_synonyms, toggle_line_breaks, voucher_text, draw_style
+from shopdistill.mechanics.bank import build_bank, planted_clusters
+from shopdistill.mechanics.paraphrase import constraint_key, gold_ids
+from shopdistill.mechanics.clusters import leak_clusters, normalise_text, pairwise_scores, strip_gold
 from shopdistill.sandbox.tasks import load_tasks, shoppingbench_test_files, validate_task
 from shopdistill.sandbox.task_synthesis import synthesize_tasks
 
@@ -158,7 +158,7 @@ def test_voucher_wordings_name_the_same_numbers():
 def test_synonyms_never_touch_constraint_values():
     golds = [{"product_id": "1", "title": ["x"], "attributes": [{"headphone_type": ["over-ear"]}, {"brand": ["under armour"]}]}]
     text = "Looking for over-ear headphones from under armour, priced under 500 pesos, free shipping please."
-    from shopdistill.arena.paraphrase import protected_spans
+    from shopdistill.mechanics.paraphrase import protected_spans
     for seed in range(30):
         out = swap_synonyms(text, np.random.default_rng(seed), protected_spans(text, golds), p=1.0)
         assert "over-ear" in out and "under armour" in out and out != text

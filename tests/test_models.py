@@ -135,8 +135,8 @@ def test_lm_loss_matches_the_models_own(policy):
 
 
 def test_hub_id_fails_fast_with_a_clear_error():
-    from shopdistill.training.policy import _hub_reachable
-    if _hub_reachable(): pytest.skip("the hub is reachable here: the offline error path cannot be exercised")
+    from shopdistill.training.policy import hub_reachable
+    if hub_reachable(): pytest.skip("the hub is reachable here: the offline error path cannot be exercised")
     with pytest.raises(RuntimeError, match="(?s)cannot load model .Qwen/Qwen3-4B.*train.base: smollm2-135m-instruct"):
         load_policy("Qwen/Qwen3-4B")
 

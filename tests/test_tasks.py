@@ -10,7 +10,7 @@ from shopdistill.sandbox.catalog import generate_catalog
 from shopdistill.core.ledger import Ledger
 from shopdistill.sandbox.tasks import PRICE_MODES, TaskFormatError, category_from_filename, load_tasks, normalise_task, save_tasks, task_id, to_upstream, validate_task
 from shopdistill.sandbox.task_synthesis import _price_constraint, query_length_stats, sample_gold, synthesize_tasks, voucher_terms
-from shopdistill.arena.paraphrase import voucher_block
+from shopdistill.mechanics.paraphrase import voucher_block
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data" / "shoppingbench"

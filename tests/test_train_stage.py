@@ -129,3 +129,27 @@ def test_a_finished_stage_is_not_trained_again(runs):
                     str(root.parent / "one.yaml")], root.parent)
     assert again.returncode == 0, again.stderr[-3000:]
     assert (root / "one" / "train" / "stage1_sft" / "train_log.json").read_text() == before
+
+
+def toy_stage(r, ts):
+    "A stage the test adds to the recipe: the base evaluated again, in its own folder."
+    from shopdistill.training.stages import stage_eval
+    return stage_eval(r, "toy_rerun", ts.base)
+
+
+def test_a_stage_added_to_the_list_runs_by_its_name_and_takes_its_place_in_the_stage_table(tmp_path, monkeypatch, capsys):
+    """Adding a stage is one entry in `core.run.RECIPE` and its run function: `shopdistill train --stage` finds it by its short
+    name, and the stage table orders it where the list puts it (first here, before the base, against alphabetical order)."""
+    import shopdistill.core.run as layout
+    from shopdistill.reproduce.cli import main
+    monkeypatch.setenv("SHOPDISTILL_RUNS", str(tmp_path / "runs"))
+    path = write_run(tmp_path, "toy", grad_accum=4)
+    toy = layout.Stage("toy_rerun", "toy", None, "train", toy_stage, "the toy stage", "T toy", "05")
+    monkeypatch.setattr(layout, "RECIPE", (toy,) + layout.RECIPE)
+    assert main(["train", "--stage", "base", "--profile", str(path), "--no-preflight"]) == 0
+    assert main(["train", "--stage", "toy", "--profile", str(path), "--no-preflight"]) == 0
+    table = json.loads((tmp_path / "runs" / "toy" / "train" / "stages.json").read_text())
+    assert [r["stage"] for r in table["rows"]] == ["toy_rerun", "base"]
+    assert "stage toy_rerun: ASR" in capsys.readouterr().out
+    monkeypatch.setattr(layout, "RECIPE", layout.RECIPE[1:])
+    assert main(["train", "--stage", "toy", "--profile", str(path), "--no-preflight"]) == 2  # gone from the list: unknown

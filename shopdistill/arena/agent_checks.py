@@ -13,25 +13,30 @@ from collections import Counter
 from dataclasses import dataclass
 
 # %% ../../nbs/02_arena_traces/06_agent_checks.ipynb #91c6a49a
-RULES = ("syntax", "missing_agent_main", "hardcoded_product_id", "verbatim_problem_phrase", "problem_term_dictionary", "dynamic_code",
-         "forbidden_import", "process_spawn", "file_write")
+RULES = ("syntax", "missing_agent_main", "hardcoded_product_id", "verbatim_problem_phrase", "problem_term_dictionary",
+         "dynamic_code", "forbidden_import", "process_spawn", "file_write")
 
-NETWORK_MODULES = {"socket", "ssl", "requests", "urllib", "urllib3", "http", "httpx", "aiohttp", "websocket", "websockets", "ftplib",
-                   "smtplib", "poplib", "imaplib", "telnetlib", "xmlrpc", "socketserver", "asyncssh", "paramiko", "grpc"}
+NETWORK_MODULES = {"socket", "ssl", "requests", "urllib", "urllib3", "http", "httpx", "aiohttp", "websocket",
+                   "websockets", "ftplib", "smtplib", "poplib", "imaplib", "telnetlib", "xmlrpc", "socketserver",
+                   "asyncssh", "paramiko", "grpc"}
 
 # parts of network packages that only parse or name things: SN15's reference agent quotes its queries with urllib.parse
 NETWORK_SAFE = {"urllib.parse", "urllib.error", "http.HTTPStatus", "http.HTTPMethod"}
 
 PROCESS_MODULES = {"subprocess", "multiprocessing", "pty", "ctypes", "cffi", "importlib", "runpy", "shutil"}
 
-ALLOWED_SHOPDISTILL = {"shopdistill.arena.tool_client", "shopdistill.sandbox.reference_agent", "shopdistill.sandbox.tools", "shopdistill.arena.sn15_api"}
+ALLOWED_SHOPDISTILL = {"shopdistill.arena.tool_client", "shopdistill.sandbox.reference_agent",
+                       "shopdistill.sandbox.tools", "shopdistill.arena.sn15_api"}
 
 _SPAWN = re.compile(r"^(system|popen|exec\w*|spawn\w*|fork\w*|posix_spawn\w*|startfile)$")
 
-_FS_WRITE_OS = {"remove", "unlink", "rename", "replace", "makedirs", "mkdir", "rmdir", "removedirs", "truncate", "chmod", "symlink", "link"}
+_FS_WRITE_OS = {"remove", "unlink", "rename", "replace", "makedirs", "mkdir", "rmdir", "removedirs", "truncate",
+                "chmod", "symlink", "link"}
 
-_STOPWORDS = set("a an the and or of for to in on with without by from at as is are be it its this that i me my we you your please "
-                 "can could would like want need find show get looking some any also which have has under below above over than".split())
+_STOPWORDS = set("a an the and or of for to in on with without by from at as is are be it its this that i me my we you "
+                 "your please "
+                 "can could would like want need find show get looking some any also which have has under below above "
+                 "over than".split())
 
 @dataclass(frozen=True)
 class Rejection:
@@ -60,7 +65,8 @@ class ProblemPhrases:
         boiler = max(min_boiler_problems, boiler_share * n)
         self.grams = {g for g, c in grams.items() if c < boiler}
         self.chars = {g for g, c in chars.items() if c < boiler}
-        self.rare_terms = {w for w, c in df.items() if c <= max(1.0, rare_share * n) and len(w) >= 3 and w.isalpha() and w not in _STOPWORDS}
+        self.rare_terms = {w for w, c in df.items() if c <= max(1.0, rare_share * n) and len(w) >= 3 and w.isalpha()
+                           and w not in _STOPWORDS}
 
     def copied_phrase(self, literal: str) -> str | None:
         "The first problem phrase (6 words or 30 characters) the literal contains, or None."
@@ -116,18 +122,21 @@ def static_check(source: str, problems=(), filename: str = "agent.py") -> list[R
             if m: out.append(Rejection("hardcoded_product_id", line, f"literal contains the digit run {m.group(0)!r}"))
             if isinstance(node.value, str) and (len(node.value) >= 30 or len(node.value.split()) >= 6):
                 phrase = idx.copied_phrase(node.value)
-                if phrase: out.append(Rejection("verbatim_problem_phrase", line, f"string copies the problem text {phrase!r}"))
+                if phrase: out.append(Rejection("verbatim_problem_phrase", line,
+                                                f"string copies the problem text {phrase!r}"))
         elif isinstance(node, (ast.Dict, ast.List, ast.Set, ast.Tuple)):
             elts = node.keys if isinstance(node, ast.Dict) else node.elts
             strs = [e.value for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
             terms = [s for s in strs if idx.is_term(s)]
             if len(strs) >= 8 and len(terms) * 2 >= len(strs):
-                out.append(Rejection("problem_term_dictionary", line, f"a {type(node).__name__.lower()} of {len(strs)} strings, {len(terms)} of them "
+                out.append(Rejection("problem_term_dictionary", line,
+                                     f"a {type(node).__name__.lower()} of {len(strs)} strings, {len(terms)} of them "
                                      f"problem terms (e.g. {', '.join(repr(t) for t in terms[:3])})"))
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             if isinstance(node, ast.Import): mods = [a.name for a in node.names]
             elif (node.module or "").split(".")[0] in NETWORK_MODULES | {"shopdistill"}:
-                mods = [f"{node.module}.{a.name}" for a in node.names]  # `from urllib import parse` is urllib.parse, not urllib
+                # `from urllib import parse` is urllib.parse, not urllib
+                mods = [f"{node.module}.{a.name}" for a in node.names]
             else: mods = [node.module or ""]
             if isinstance(node, ast.ImportFrom) and node.module == "os":
                 bad = [a.name for a in node.names if _SPAWN.match(a.name)]
@@ -137,7 +146,8 @@ def static_check(source: str, problems=(), filename: str = "agent.py") -> list[R
                 if why: out.append(Rejection("forbidden_import", line, why))
         elif isinstance(node, ast.Call):
             name = _dotted(node.func)
-            if name in ("eval", "exec", "compile", "__import__", "builtins.eval", "builtins.exec", "builtins.__import__"):
+            if name in ("eval", "exec", "compile", "__import__", "builtins.eval", "builtins.exec",
+                        "builtins.__import__"):
                 out.append(Rejection("dynamic_code", line, f"calls {name}()"))
             elif name.startswith("os.") and _SPAWN.match(name[3:]):
                 out.append(Rejection("process_spawn", line, f"calls {name}()"))

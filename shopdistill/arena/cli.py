@@ -21,17 +21,25 @@ SN15_OUTPUT = "output.jsonl"  # the name SN15's sandbox gives the envelopes of a
 
 def _arena_arguments(p):
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    r = sub.add_parser("run-agent", help="run an agent file (defining agent_main) through the static checks and a validator's limits")
+    r = sub.add_parser("run-agent", help="run an agent file (defining agent_main) through the static checks and a "
+                                         "validator's limits")
     r.add_argument("file", help="the agent's Python file")
-    r.add_argument("--problems", help="task file (ShoppingBench JSONL, SN15 suite JSON, or a project task file); default: the profile's tasks")
-    r.add_argument("--profile", default="smoke", help="profile whose sandbox (catalog, index, tasks) to use (default: smoke)")
-    r.add_argument("--n", type=int, default=10, help="problems per intent taken from the profile's tasks when --problems is not given")
+    r.add_argument("--problems", help="task file (ShoppingBench JSONL, SN15 suite JSON, or a project task file); "
+                                      "default: the profile's tasks")
+    r.add_argument("--profile", default="smoke", help="profile whose sandbox (catalog, index, tasks) to use (default: "
+                                                      "smoke)")
+    r.add_argument("--n", type=int, default=10, help="problems per intent taken from the profile's tasks when "
+                                                     "--problems is not given")
     r.add_argument("--timeout-problem", type=float, default=300.0, help="seconds per problem (default 300, as SN15)")
-    r.add_argument("--timeout-suite", type=float, default=1800.0, help="seconds for the whole suite (default 1800, as SN15)")
+    r.add_argument("--timeout-suite", type=float, default=1800.0,
+                   help="seconds for the whole suite (default 1800, as SN15)")
     r.add_argument("--out", help="where to write output.jsonl (default runs/<profile>/arena/run_agent/<stem>/)")
-    r.add_argument("--no-isolation", action="store_true", help="run the file without the bubblewrap sandbox: ONLY for files you trust")
-    r.add_argument("--model-url", help="an OpenAI-compatible endpoint (e.g. http://localhost:8000/v1) behind the proxy's model route; "
-                                       "default: the sandbox's stub model. The key, if any, is read from $OPENAI_API_KEY")
+    r.add_argument("--no-isolation", action="store_true",
+                   help="run the file without the bubblewrap sandbox: ONLY for files you trust")
+    r.add_argument("--model-url", help="an OpenAI-compatible endpoint (e.g. http://localhost:8000/v1) behind the "
+                                       "proxy's model route; "
+                                       "default: the sandbox's stub model. The key, if any, is read from "
+                                       "$OPENAI_API_KEY")
     r.add_argument("--model", help="the model name sent to --model-url (default: the name the agent asks for)")
     c = sub.add_parser("check", help="only the static checks a submission must pass")
     c.add_argument("file")
@@ -50,26 +58,32 @@ def _cli_problems(args, tasks) -> list:
     return [t for cat in ("product", "shop", "voucher") for t in [t for t in tasks if t["category"] == cat][:n]]
 
 # %% ../../nbs/02_arena_traces/11_cli.ipynb #842bc123
-@command("arena", "the arena: run an agent file as a validator would (run-agent, check), or simulate a season", _arena_arguments, settings=True)
+@command("arena", "the arena: run an agent file as a validator would (run-agent, check), or simulate a season",
+         _arena_arguments, settings=True)
 def _arena(args) -> int:
     cfg = args.settings
     if args.action == "season":
-        s = simulate_season(cfg.run, cfg.arena_traces, cfg.arena, cfg.catalog, cfg.search, cfg.tasks, cfg.scoring, workers=args.workers)
-        print(f"{s['traces']:,} traces in {len(s['shards'])} shards, {s['seconds']['total']:.0f}s ({s['traces_per_second']:.0f} traces/s)")
+        s = simulate_season(cfg.run, cfg.arena_traces, cfg.arena, cfg.catalog, cfg.search, cfg.tasks, cfg.scoring,
+                            workers=args.workers)
+        print(f"{s['traces']:,} traces in {len(s['shards'])} shards, {s['seconds']['total']:.0f}s "
+              f"({s['traces_per_second']:.0f} traces/s)")
         return 0
     if not Path(args.file).is_file(): raise UsageError(f"agent file {args.file} does not exist")
     if args.action == "check":
         problems = load_tasks(args.problems) if args.problems else []
-        found = static_check(Path(args.file).read_text(encoding="utf-8", errors="replace"), problems, Path(args.file).name)
+        found = static_check(Path(args.file).read_text(encoding="utf-8", errors="replace"), problems,
+                             Path(args.file).name)
         for r in found: print(f"{args.file}: {r}")
         print("accepted" if not found else f"rejected: {len(found)} finding(s)")
         return 0 if not found else 1
     catalog, engine, tasks = load_sandbox(cfg.run, cfg.catalog, cfg.search, cfg.tasks)
     problems = _cli_problems(args, tasks)
-    if args.model and not args.model_url: raise UsageError("--model names the model of --model-url; give --model-url too")
+    if args.model and not args.model_url: raise UsageError("--model names the model of --model-url; give --model-url "
+                                                           "too")
     try:
-        res = run_agent_file(args.file, problems, engine, args.timeout_problem, args.timeout_suite, cfg.env.step_cap_oro, progress=True,
-                             isolation=not args.no_isolation, model_url=args.model_url, model=args.model)
+        res = run_agent_file(args.file, problems, engine, args.timeout_problem, args.timeout_suite,
+                             cfg.env.step_cap_oro, progress=True, isolation=not args.no_isolation,
+                             model_url=args.model_url, model=args.model)
     except IsolationUnavailable as e: raise UsageError(str(e)) from None
     if not res["accepted"]:
         for r in res["rejections"]: print(f"{args.file}: {r}")

@@ -19,7 +19,8 @@ STATUSES = ("SUCCESS", "FAILED", "TIMED_OUT")
 
 PROXY_KINDS = ("search", "inference")
 
-INFERENCE_PATH = "/inference/chat/completions"  # the proxy's route to the allow-listed model (this artifact's name for it)
+# the proxy's route to the allow-listed model (this artifact's name for it)
+INFERENCE_PATH = "/inference/chat/completions"
 
 def params_text(params) -> str:
     "The text a tool call's parameters are hashed as: a string as it is, anything else as canonical JSON."
@@ -35,18 +36,21 @@ def tool_call_id(name: str, params) -> str:
 # %% ../../nbs/02_arena_traces/00_envelope.ipynb #0cfd8251
 def render_content(think: str, tool_calls: list, response: str) -> str:
     "The model's tagged text: `<think>..</think>`, `<tool_call>[{name, parameters}, ..]</tool_call>`, `<response>..</response>`."
-    calls = json.dumps([{"name": c.get("name"), "parameters": c.get("parameters")} for c in tool_calls], ensure_ascii=False)
+    calls = json.dumps([{"name": c.get("name"), "parameters": c.get("parameters")} for c in tool_calls],
+                       ensure_ascii=False)
     return f"<think>{think}</think>\n<tool_call>{calls}</tool_call>\n<response>{response}</response>"
 
 
 def sn15_tool_call(name, parameters, result) -> dict:
     "One entry of `message.tool_call`: name, parameters, SN15's id, and the tool's result as text."
     if not isinstance(result, str): result = json.dumps(result, ensure_ascii=False)
-    return {"name": str(name), "parameters": parameters, "tool_call_id": tool_call_id(str(name), parameters), "result": result}
+    return {"name": str(name), "parameters": parameters, "tool_call_id": tool_call_id(str(name), parameters),
+            "result": result}
 
 
 def make_step(index: int, think: str, tool_calls: list, response: str, query: str, problem_id: str, timestamp: int,
-              proxy_calls: list, reasoning_content: str = "", content: str | None = None, execution_time: float | None = None) -> dict:
+              proxy_calls: list, reasoning_content: str = "", content: str | None = None,
+              execution_time: float | None = None) -> dict:
     "One SN15 dialogue step; `tool_calls` are dicts with name, parameters and result. `execution_time` goes on step 0 only."
     calls = [sn15_tool_call(c.get("name"), c.get("parameters"), c.get("result", "")) for c in tool_calls]
     extra = {"step": index, "query": query, "timestamp": int(timestamp), "problem_id": problem_id}
@@ -58,8 +62,9 @@ def make_step(index: int, think: str, tool_calls: list, response: str, query: st
             "extra_info": extra}
 
 
-def make_envelope(problem_id: str, status: str, execution_time: float, inference_total: int, inference_failure_count: int,
-                  error: dict | None, dialogue: list | None, extract: dict | None = None) -> dict:
+def make_envelope(problem_id: str, status: str, execution_time: float, inference_total: int,
+                  inference_failure_count: int, error: dict | None, dialogue: list | None,
+                  extract: dict | None = None) -> dict:
     "One line of SN15's `output.jsonl`, plus this artifact's optional `extract` block (see below)."
     if status not in STATUSES: raise ValueError(f"make_envelope: status must be one of {STATUSES}, got {status!r}")
     env = {"problem_id": problem_id, "status": status, "execution_time": round(float(execution_time), 3),
@@ -75,9 +80,11 @@ _INT = {"type": "integer", "minimum": 0}
 
 PROXY_CALL_SCHEMA = {
     "type": "object",
-    "required": ["kind", "method", "path", "timestamp", "duration_ms", "status_code", "params", "json_data", "result_product_ids"],
+    "required": ["kind", "method", "path", "timestamp", "duration_ms", "status_code", "params", "json_data",
+                 "result_product_ids"],
     "properties": {
-        "kind": {"enum": list(PROXY_KINDS)}, "method": {"enum": ["GET", "POST"]}, "path": {"type": "string", "pattern": "^/"},
+        "kind": {"enum": list(PROXY_KINDS)}, "method": {"enum": ["GET", "POST"]},
+        "path": {"type": "string", "pattern": "^/"},
         "timestamp": _INT, "duration_ms": _NUM, "status_code": {"type": "integer", "minimum": 100, "maximum": 599},
         "params": {"type": ["object", "null"]}, "json_data": {"type": ["object", "null"]},
         "response": {}, "response_truncated": {"type": "string"},
@@ -101,7 +108,8 @@ STEP_SCHEMA = {
             "properties": {
                 "reasoning_content": {"type": "string"}, "content": {"type": "string"},
                 "message": {"type": "object", "required": ["think", "tool_call", "response"],
-                            "properties": {"think": {"type": "string"}, "tool_call": {"type": "array", "items": TOOL_CALL_SCHEMA},
+                            "properties": {"think": {"type": "string"},
+                                           "tool_call": {"type": "array", "items": TOOL_CALL_SCHEMA},
                                            "response": {"type": "string"}},
                             "additionalProperties": False}},
             "additionalProperties": False},
@@ -118,13 +126,16 @@ STEP_SCHEMA = {
 # %% ../../nbs/02_arena_traces/00_envelope.ipynb #d363c1c4
 EXTRACT_SCHEMA = {
     "type": "object",
-    "required": ["trace_id", "race_id", "phase", "day", "miner_hotkey", "miner_uid", "agent_version_id", "validator", "result"],
-    "properties": {"trace_id": {"type": "string"}, "race_id": {"type": "string"}, "phase": {"enum": ["qualifying", "race", "external"]},
-                   "day": _INT, "suite_version": {"type": ["string", "null"]}, "problem_seed": {"type": ["integer", "null"]},
+    "required": ["trace_id", "race_id", "phase", "day", "miner_hotkey", "miner_uid", "agent_version_id", "validator",
+                 "result"],
+    "properties": {"trace_id": {"type": "string"}, "race_id": {"type": "string"},
+                   "phase": {"enum": ["qualifying", "race", "external"]}, "day": _INT,
+                   "suite_version": {"type": ["string", "null"]}, "problem_seed": {"type": ["integer", "null"]},
                    "miner_hotkey": {"type": "string"}, "miner_uid": _INT, "agent_version_id": {"type": "string"},
                    "validator": {"type": "string"},
                    "result": {"type": "object", "required": ["success", "reasoning_quality"],
-                              "properties": {"success": {"type": "boolean"}, "reasoning_quality": {"enum": [0.1, 0.3, 0.5, 0.7, 0.9]}},
+                              "properties": {"success": {"type": "boolean"},
+                                             "reasoning_quality": {"enum": [0.1, 0.3, 0.5, 0.7, 0.9]}},
                               "additionalProperties": False}},
     "additionalProperties": False}
 
@@ -133,16 +144,19 @@ ENVELOPE_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "SN15 sandbox output envelope (one problem)",
     "type": "object",
-    "required": ["problem_id", "status", "execution_time", "inference_failure_count", "inference_total", "error", "dialogue"],
+    "required": ["problem_id", "status", "execution_time", "inference_failure_count", "inference_total", "error",
+                 "dialogue"],
     "properties": {
         "problem_id": {"type": "string", "minLength": 1}, "status": {"enum": list(STATUSES)}, "execution_time": _NUM,
         "inference_failure_count": _INT, "inference_total": _INT,
         "error": {"oneOf": [{"type": "null"}, {"type": "object", "required": ["type", "message"],
-                                                "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
+                                                "properties": {"type": {"type": "string"},
+                                                               "message": {"type": "string"}},
                                                 "additionalProperties": False}]},
         "dialogue": {"oneOf": [{"type": "null"}, {"type": "array", "items": STEP_SCHEMA}]},
         "extract": EXTRACT_SCHEMA},
-    "allOf": [{"if": {"properties": {"status": {"const": "SUCCESS"}}}, "then": {"properties": {"error": {"type": "null"}}},
+    "allOf": [{"if": {"properties": {"status": {"const": "SUCCESS"}}},
+               "then": {"properties": {"error": {"type": "null"}}},
                "else": {"properties": {"error": {"type": "object"}}}}],
     "additionalProperties": False}
 
@@ -173,10 +187,12 @@ def _rule_problems(env: dict) -> list[str]:
     for i, step in enumerate(env["dialogue"]):
         x = step["extra_info"]
         if x["step"] != i: errs.append(f"$.dialogue[{i}].extra_info.step: is {x['step']}, expected {i}")
-        if x["problem_id"] != env["problem_id"]: errs.append(f"$.dialogue[{i}].extra_info.problem_id: {x['problem_id']!r} is not the envelope's")
+        if x["problem_id"] != env["problem_id"]: errs.append(f"$.dialogue[{i}].extra_info.problem_id: "
+                                                             f"{x['problem_id']!r} is not the envelope's")
         for j, c in enumerate(step["completion"]["message"]["tool_call"]):
             if c["tool_call_id"] != tool_call_id(c["name"], c["parameters"]):
-                errs.append(f"$.dialogue[{i}].completion.message.tool_call[{j}].tool_call_id: {c['tool_call_id']!r} does not follow the id rule")
+                errs.append(f"$.dialogue[{i}].completion.message.tool_call[{j}].tool_call_id: {c['tool_call_id']!r} "
+                            f"does not follow the id rule")
         n_inference += sum(1 for p in x["proxy_calls"] if p["kind"] == "inference")
     if isinstance(env.get("inference_total"), int) and n_inference > env["inference_total"]:
         errs.append(f"$.inference_total: {env['inference_total']} but the dialogue shows {n_inference} inference calls")

@@ -45,7 +45,8 @@ class ShardWriter:
 
 def gzip_member(lines: list[str], compresslevel: int = 6) -> bytes:
     "JSON lines as one byte-stable gzip member (no file name, mtime 0)."
-    return gzip.compress(("\n".join(lines) + "\n").encode("utf-8") if lines else b"", compresslevel=compresslevel, mtime=0)
+    return gzip.compress(("\n".join(lines) + "\n").encode("utf-8") if lines else b"", compresslevel=compresslevel,
+                         mtime=0)
 
 
 def iter_envelopes(folder):

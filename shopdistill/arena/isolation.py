@@ -70,8 +70,10 @@ class Sandbox:
         need = [bwrap] + (["unshare", "mount", "setpriv", "sh"] if self.root else [])
         missing = [t for t in need if not shutil.which(t)]
         if missing:
-            raise IsolationUnavailable(f"cannot isolate the agent: {', '.join(missing)} not found on PATH (bubblewrap sets up the agent's namespaces: "
-                                       f"apt-get install bubblewrap; unshare, mount and setpriv come with util-linux), or pass --no-isolation "
+            raise IsolationUnavailable(f"cannot isolate the agent: {', '.join(missing)} not found on PATH (bubblewrap "
+                                       f"sets up the agent's namespaces: "
+                                       f"apt-get install bubblewrap; unshare, mount and setpriv come with util-linux), "
+                                       f"or pass --no-isolation "
                                        f"for a file you trust")
         self.bwrap = shutil.which(bwrap)
         self.package = os.path.realpath(importlib.util.find_spec("shopdistill").submodule_search_locations[0])
@@ -79,7 +81,9 @@ class Sandbox:
         for h in hidden:
             h = os.path.realpath(h)
             for src, _ in self.binds:
-                if _within(h, src) or _within(src, h): raise IsolationUnavailable(f"cannot isolate the agent: {h} (hidden from agents) lies inside {src}, which the sandbox must show")
+                if _within(h, src) or _within(src, h): raise IsolationUnavailable(f"cannot isolate the agent: {h} "
+                                                                                  f"(hidden from agents) lies inside "
+                                                                                  f"{src}, which the sandbox must show")
         self.stage = Path(tempfile.mkdtemp(prefix="shopdistill-sandbox-"))
         os.chmod(self.stage, 0o711)  # traversable by the sandbox's uid, not listable
         agent_dir = self.stage / "agent"
@@ -91,7 +95,10 @@ class Sandbox:
             p = self.stage / "compat" / rel
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(text)
-        for d in [self.stage / "compat"] + [p for p in (self.stage / "compat").rglob("*")]: os.chmod(d, 0o755 if d.is_dir() else 0o644)
+        for d in [self.stage / "compat"] + [p for p in (self.stage / "compat").rglob("*")]: os.chmod(d,
+                                                                                                     0o755
+                                                                                                     if d.is_dir()
+                                                                                                     else 0o644)
         self.run_dir = self.stage / "run"
         self.run_dir.mkdir(mode=0o700)
         if self.root: os.chown(self.run_dir, SANDBOX_UID, SANDBOX_UID)
@@ -103,7 +110,8 @@ class Sandbox:
     @staticmethod
     def env() -> dict:
         "The agent's whole environment (nothing of the validator's): the proxy's address is added inside, once the relay listens."
-        return {"PATH": "/usr/bin:/bin", "HOME": SCRATCH, "TMPDIR": SCRATCH, "LANG": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+        return {"PATH": "/usr/bin:/bin", "HOME": SCRATCH, "TMPDIR": SCRATCH, "LANG": "C.UTF-8",
+                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
 # %% ../../nbs/02_arena_traces/09_isolation.ipynb #ac2e9183
 @patch
@@ -111,7 +119,8 @@ def command(self: Sandbox, inner: list[str]) -> list[str]:
     "The full command line that runs `inner` (a path inside the sandbox first) in the sandbox."
     pre, binds = [], []
     for i, (src, dest) in enumerate(self.binds):
-        if self.root:  # bwrap runs as uid 65534 and could not open e.g. /root/.pyenv: it binds the staged mount point instead
+        # bwrap runs as uid 65534 and could not open e.g. /root/.pyenv: it binds the staged mount point instead
+        if self.root:
             m = self.stage / f"m{i}"
             m.mkdir(mode=0o755, exist_ok=True)
             pre += [src, str(m)]
@@ -120,40 +129,50 @@ def command(self: Sandbox, inner: list[str]) -> list[str]:
     for link in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):  # merged-/usr systems link these into /usr
         if os.path.islink(link): binds += ["--symlink", os.readlink(link), link]
         elif os.path.isdir(link): binds += ["--ro-bind", link, link]
-    bw = [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
-          "--hostname", "sandbox", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+    bw = [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--uid", str(SANDBOX_UID), "--gid",
+          str(SANDBOX_UID), "--hostname", "sandbox", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
           # the scratch tmpfs first: a venv that lives under /tmp (a clone in /tmp) is bound on top of it, not hidden beneath it
           "--size", str(self.limits.scratch_mb << 20), "--tmpfs", SCRATCH, "--ro-bind", "/usr", "/usr", *binds,
           "--ro-bind", str(self.stage / "agent"), AGENT_DIR, "--ro-bind", str(self.stage / "compat"), COMPAT_DIR,
-          "--ro-bind", str(self.run_dir), RUN_DIR, "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/", "--remount-ro", "/dev", "--chdir", AGENT_DIR, "--", *inner]
+          "--ro-bind", str(self.run_dir), RUN_DIR, "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/",
+          "--remount-ro", "/dev", "--chdir", AGENT_DIR, "--", *inner]
     if not self.root: return bw
-    drop = ["setpriv", f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups", "--bounding-set=-all", "--inh-caps=-all", "--"]
-    return ["unshare", "--mount", "--propagation", "private", "--", shutil.which("sh"), "-c", _STAGE_MOUNTS, "sh", *pre, "--", *drop, *bw]
+    drop = ["setpriv", f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups", "--bounding-set=-all",
+            "--inh-caps=-all", "--"]
+    return ["unshare", "--mount", "--propagation", "private", "--", shutil.which("sh"), "-c", _STAGE_MOUNTS, "sh", *pre,
+            "--", *drop, *bw]
 
 # %% ../../nbs/02_arena_traces/09_isolation.ipynb #e51c7994
 @patch
 def probe(self: Sandbox, timeout_s: float = 60.0):
     "Start the sandbox once with a trivial command; IsolationUnavailable naming what failed if it does not come up."
-    try: p = subprocess.run(self.command([sys.executable, "-I", "-c", "print('sandbox ok')"]), capture_output=True, text=True,
-                            timeout=timeout_s, env=self.env())
-    except subprocess.TimeoutExpired: raise IsolationUnavailable(f"cannot isolate the agent: the sandbox did not start within {timeout_s:g} s") from None
+    try: p = subprocess.run(self.command([sys.executable, "-I", "-c", "print('sandbox ok')"]), capture_output=True,
+                            text=True, timeout=timeout_s, env=self.env())
+    except subprocess.TimeoutExpired: raise IsolationUnavailable(f"cannot isolate the agent: the sandbox did not start "
+                                                                 f"within {timeout_s:g} s") from None
     if p.returncode == 0 and p.stdout.strip() == "sandbox ok": return
     err = (p.stderr or p.stdout).strip()[-600:]
     hint = ""
     if "namespace" in err.lower() or "operation not permitted" in err.lower():
-        hint = (" This kernel refuses the namespaces bubblewrap needs (user namespaces: sysctl user.max_user_namespaces, "
-                "kernel.unprivileged_userns_clone=1, or AppArmor's kernel.apparmor_restrict_unprivileged_userns=0; in a container, "
+        hint = (" This kernel refuses the namespaces bubblewrap needs (user namespaces: sysctl "
+                "user.max_user_namespaces, "
+                "kernel.unprivileged_userns_clone=1, or AppArmor's kernel.apparmor_restrict_unprivileged_userns=0; in "
+                "a container, "
                 "one started with user namespaces allowed).")
-    raise IsolationUnavailable(f"cannot isolate the agent: the sandbox failed to start (exit {p.returncode}): {err or 'no message'}.{hint} "
+    raise IsolationUnavailable(f"cannot isolate the agent: the sandbox failed to start (exit {p.returncode}): "
+                               f"{err or 'no message'}.{hint} "
                                f"Pass --no-isolation only for a file you trust.")
 
 
 @patch
 def describe(self: Sandbox, timeout_s: float) -> str:
     r = self.limits.rlimits(timeout_s)
-    return (f"bubblewrap sandbox: uid {SANDBOX_UID}{' (bwrap dropped from root)' if self.root else ''}, own user/PID/network/mount namespaces, "
-            f"read-only /usr, Python and /agent, {self.limits.scratch_mb} MiB /tmp; limits: {self.limits.address_space_mb} MiB address space, "
-            f"{r['RLIMIT_CPU']} CPU s, {self.limits.processes} tasks, {self.limits.file_size_mb} MiB files, {self.limits.open_files} open files; "
+    return (f"bubblewrap sandbox: uid {SANDBOX_UID}{' (bwrap dropped from root)' if self.root else ''}, own "
+            f"user/PID/network/mount namespaces, "
+            f"read-only /usr, Python and /agent, {self.limits.scratch_mb} MiB /tmp; limits: "
+            f"{self.limits.address_space_mb} MiB address space, "
+            f"{r['RLIMIT_CPU']} CPU s, {self.limits.processes} tasks, {self.limits.file_size_mb} MiB files, "
+            f"{self.limits.open_files} open files; "
             f"network: the proxy's Unix socket only")
 
 

@@ -12,7 +12,7 @@ import json
 import re
 from dataclasses import dataclass
 from .envelope import render_content
-from .paraphrase import voucher_block
+from ..mechanics.paraphrase import voucher_block
 from .tool_client import current_client, episode_env
 from ..sandbox.reference_agent import Item, ReferenceAgent, match_score, parse_price, parse_services, split_items
 from ..sandbox.tools import call_tool, episode_state
@@ -26,8 +26,8 @@ VARIANTS = {"agentic": ("tool_caller",), "subtask": ("keywords", "classifier", "
 
 MISTAKES = ("wrong_order", "loop", "malformed_json", "list_for_string", "no_terminate", "think_then_stop")
 
-AGENTIC_SKILLS = ("comprehension", "query", "filters", "reformulate", "inspect", "select", "shop", "budget", "ground", "specific", "compare",
-                  "mistakes", "verbosity", "speed")
+AGENTIC_SKILLS = ("comprehension", "query", "filters", "reformulate", "inspect", "select", "shop", "budget", "ground",
+                  "specific", "compare", "mistakes", "verbosity", "speed")
 
 SUBTASK_SKILLS = ("pages", "inspect_top", "reformulations", "yes_no", "narration", "narrate_detail")
 
@@ -41,9 +41,11 @@ class MinerSpec:
     skills: tuple = ()
 
     def __post_init__(self):
-        if self.style not in STYLES: raise ValueError(f"MinerSpec: unknown style {self.style!r} (known: {', '.join(STYLES)})")
+        if self.style not in STYLES: raise ValueError(f"MinerSpec: unknown style {self.style!r} (known: "
+                                                      f"{', '.join(STYLES)})")
         if self.variant not in VARIANTS[self.style]:
-            raise ValueError(f"MinerSpec: {self.style} has no variant {self.variant!r} (known: {', '.join(VARIANTS[self.style])})")
+            raise ValueError(f"MinerSpec: {self.style} has no variant {self.variant!r} (known: "
+                             f"{', '.join(VARIANTS[self.style])})")
 
     def skill(self, name: str, default=0.0):
         "One skill's value (the default when the spec does not set it)."
@@ -128,17 +130,21 @@ def read_request(query: str) -> tuple[list[str], dict | None]:
     "(item texts in order, voucher) as a language model reads the request."
     cut = _VOUCHER_START.search(query)
     body = query[: cut.start()] if cut and cut.start() > 0 else query
-    lead = re.match(r"\s*[^:?\n]{0,120}[:?](?=\s)", body)  # "Here is my shopping list:", "Which single seller stocks all of these?"
+    # "Here is my shopping list:", "Which single seller stocks all of these?"
+    lead = re.match(r"\s*[^:?\n]{0,120}[:?](?=\s)", body)
     rest = body[lead.end():] if lead else body
     for pat in _ITEM_MARKERS:
         parts = re.split(pat, rest, flags=re.I)
         if pat != _PLUS: parts = parts[1:]  # these markers precede each item: what comes before the first is a lead-in
         parts = [p.strip(" ;.,\n") for p in parts if re.search(r"[a-z]{3}", p, re.I)]
         if len(parts) >= 2:
-            parts[-1] = re.split(r"[.!?]\s+(?=[A-Z])", parts[-1])[0].strip(" .")  # closing sentences are not part of the last item
+            # closing sentences are not part of the last item
+            parts[-1] = re.split(r"[.!?]\s+(?=[A-Z])", parts[-1])[0].strip(" .")
             return parts, read_voucher(query)
-    both = re.search(r"\bboth\s+(.+?)\s+and\s+((?:an?|some|the)\s.+)$", rest, re.S | re.I)  # "a shop that sells both X and a Y"
-    if both: return [both.group(1).strip(" ,."), re.split(r"[.!?]\s+(?=[A-Z])", both.group(2))[0].strip(" .")], read_voucher(query)
+    # "a shop that sells both X and a Y"
+    both = re.search(r"\bboth\s+(.+?)\s+and\s+((?:an?|some|the)\s.+)$", rest, re.S | re.I)
+    if both: return [both.group(1).strip(" ,."),
+                     re.split(r"[.!?]\s+(?=[A-Z])", both.group(2))[0].strip(" .")], read_voucher(query)
     return [body.strip()], read_voucher(query)
 
 # %% ../../nbs/02_arena_traces/02_miners.ipynb #e286cd24
@@ -167,8 +173,8 @@ def _json_list(text) -> list:
 # %% ../../nbs/02_arena_traces/02_miners.ipynb #c37c2300
 class AgenticRun:
     "One problem solved by a simulated tool-calling model with the skills of `spec`."
-    MISTAKE_WEIGHTS = {"wrong_order": 0.5, "loop": 0.5, "malformed_json": 0.6, "list_for_string": 0.35, "no_terminate": 0.5,
-                       "think_then_stop": 0.35}
+    MISTAKE_WEIGHTS = {"wrong_order": 0.5, "loop": 0.5, "malformed_json": 0.6, "list_for_string": 0.35,
+                       "no_terminate": 0.5, "think_then_stop": 0.35}
 
     def __init__(self, spec: MinerSpec, problem: dict, client, step_cap: int = 25):
         self.spec, self.problem, self.client, self.rng = spec, problem, client, client.rng
@@ -202,7 +208,8 @@ def step(self: AgenticRun, think: str, calls: list, response: str = "", raw: str
     if raw is None and self.pending: think, self.pending = f"{self.pending} {think}".strip(), ""
     text = raw if raw is not None else render_content(think, calls, response)
     prompt = f"[system] You are a shopping assistant with tools.\n[user] {self.query}\n[step {self.n}] {self.last_obs[:400]}"
-    hidden = int(self.spec.skill("verbosity", 0.5) * self.rng.uniform(20, 250))  # a reasoning model thinks before it writes
+    # a reasoning model thinks before it writes
+    hidden = int(self.spec.skill("verbosity", 0.5) * self.rng.uniform(20, 250))
     self.client.simulate_inference(prompt, text, tokens_per_s=self.speed, reasoning_tokens=hidden)
     obs = [call_tool(self.env, c["name"], c["parameters"]) for c in calls]
     self.client.record_step(think=think, tool_calls=[{**c, "result": o} for c, o in zip(calls, obs)], response=response,
@@ -246,8 +253,10 @@ def about(self: AgenticRun, hits: list[dict], q: str) -> str:
         ws = _result_words(hits[:1], self.query)[:3]
         return f"The results look relevant: several {' and '.join(ws) or 'similar'} listings came back."
     top = hits[0]
-    return (f"The top result is {top['product_id']}, '{_short(top['title'])}' at {_fmt_price(top['price'])} PHP from shop "
-            f"{top['shop_id']}" + (f"; next is {hits[1]['product_id']} at {_fmt_price(hits[1]['price'])} PHP." if len(hits) > 1 else "."))
+    return (f"The top result is {top['product_id']}, '{_short(top['title'])}' at {_fmt_price(top['price'])} PHP from "
+            f"shop "
+            f"{top['shop_id']}" + (f"; next is {hits[1]['product_id']} at {_fmt_price(hits[1]['price'])} PHP."
+                                   if len(hits) > 1 else "."))
 
 
 @patch
@@ -258,7 +267,8 @@ def comparison(self: AgenticRun, item: Item, a: dict, b: dict) -> str:
     if kw: reason = f"it matches '{kw[0]}', which {b['product_id']} does not"
     elif float(a.get("price", 0)) <= float(b.get("price", 0)): reason = "it matches as well and is cheaper"
     else: reason = "it covers more of the request's words"
-    return (f"Comparing {a['product_id']} ('{_short(a['title'], 5)}', {_fmt_price(a['price'])} PHP) with {b['product_id']} "
+    return (f"Comparing {a['product_id']} ('{_short(a['title'], 5)}', {_fmt_price(a['price'])} PHP) with "
+            f"{b['product_id']} "
             f"('{_short(b['title'], 5)}', {_fmt_price(b['price'])} PHP): I prefer {a['product_id']} because {reason}.")
 
 # %% ../../nbs/02_arena_traces/02_miners.ipynb #e61fa376
@@ -286,7 +296,8 @@ def candidates(self: AgenticRun, item: Item, idx: int, **extra) -> list[dict]:
     while len(hits) < 3 and len(words_) > 2 and tries < 2 and self.chance("reformulate"):
         words_, tries = words_[: max(2, len(words_) * 2 // 3)], tries + 1
         q2 = " ".join(words_)
-        hits += [h for h in self.search(q2, item, f"Only {len(hits)} results for '{q}'. Trying the broader '{q2}'.", **extra)
+        hits += [h for h in self.search(q2, item, f"Only {len(hits)} results for '{q}'. Trying the broader '{q2}'.",
+                                        **extra)
                  if h["product_id"] not in {x["product_id"] for x in hits}]
     if not hits: return []
     info = {}
@@ -351,10 +362,11 @@ def run(self: AgenticRun) -> list:
         self.client.record_step(think=think, reasoning_content=think, content=f"<think>{think}</think>")
         return self.client.steps
     arg = ids if "list_for_string" in self.mistakes else ",".join(ids)
-    self.step(self.pad(f"I'll recommend {', '.join(ids)}."), [{"name": "recommend_product", "parameters": {"product_ids": arg}}])
+    self.step(self.pad(f"I'll recommend {', '.join(ids)}."),
+              [{"name": "recommend_product", "parameters": {"product_ids": arg}}])
     if "no_terminate" not in self.mistakes:
-        self.step("The recommendation is made; ending the episode.", [{"name": "terminate", "parameters": {"status": "success"}}],
-                  f"I recommend {', '.join(ids)}.")
+        self.step("The recommendation is made; ending the episode.",
+                  [{"name": "terminate", "parameters": {"status": "success"}}], f"I recommend {', '.join(ids)}.")
     return self.client.steps
 
 # %% ../../nbs/02_arena_traces/02_miners.ipynb #194dec46
@@ -372,7 +384,8 @@ def same_shop(self: AgenticRun, items, cands, picks):
         out = [scored[0][shop][1]]
         for i, it in enumerate(items[1:], start=1):
             if episode_state(self.env)["done"]: return picks
-            hits = self.search(" ".join(it.keywords) or it.text[:40], it, f"Does shop {shop} also sell item {i + 1}?", shop_id=shop)
+            hits = self.search(" ".join(it.keywords) or it.text[:40], it, f"Does shop {shop} also sell item {i + 1}?",
+                               shop_id=shop)
             if not hits: break
             out.append(sorted(hits, key=lambda p: -match_score(it, p))[0])
         if len(out) == len(items): return out
@@ -392,7 +405,8 @@ def fit_budget(self: AgenticRun, cands, picks, voucher):
     for i, (it, c) in enumerate(zip(items, cands)):
         if not c: continue
         top = match_score(it, c[0])
-        same = [p for p in c if match_score(it, p) >= top - 1e-3 and (not voucher["same_shop"] or p["shop_id"] == out[i]["shop_id"])]
+        same = [p for p in c if match_score(it, p) >= top - 1e-3
+                and (not voucher["same_shop"] or p["shop_id"] == out[i]["shop_id"])]
         if same: out[i] = min(same, key=lambda p: float(p["price"]))
     self.pending += f" {_fmt_price(cost)} PHP is over the {_fmt_price(voucher['budget'])} budget; cheaper equal matches bring it to {_fmt_price(after(out))} PHP."
     return out
@@ -414,7 +428,8 @@ class _Harness(ReferenceAgent):
             s = self.steps[-1]
             think = self._narrate(thought, s)
             resp = f"I recommend {self._last_ids}." if name == "terminate" and getattr(self, "_last_ids", None) else ""
-            self.client.record_step(think=think, tool_calls=[{"name": s["name"], "parameters": s["arguments"], "result": s["result"]}],
+            self.client.record_step(think=think, tool_calls=[{"name": s["name"], "parameters": s["arguments"],
+                                                              "result": s["result"]}],
                                     response=resp)
         return out
 
@@ -430,11 +445,12 @@ class _Harness(ReferenceAgent):
         ids = [x for x in str(args.get("product_ids", "")).split(",") if x]
         self._last_ids = ",".join(ids)
         for pid, it in list(zip(ids, self.items))[: int(self.spec.skill("yes_no", 0))]:
-            self.client.simulate_inference(f"Does product {pid} match this request? Answer yes or no.\nRequest: {it.text[:300]}", "yes")
+            self.client.simulate_inference(f"Does product {pid} match this request? Answer yes or no.\nRequest: "
+                                           f"{it.text[:300]}", "yes")
         if self.spec.variant == "narrator":
             self._story = self._story_text(ids)
-            self.client.simulate_inference(f"Explain in a few sentences why these products answer the request.\nRequest: {self.items[0].text[:300]}",
-                                           self._story)
+            self.client.simulate_inference(f"Explain in a few sentences why these products answer the "
+                                           f"request.\nRequest: {self.items[0].text[:300]}", self._story)
 
     def _story_text(self, ids: list) -> str:
         "The narrator's paragraph: detailed (ids, prices, a comparison) or generic, by the `narrate_detail` skill."
@@ -448,11 +464,13 @@ class _Harness(ReferenceAgent):
             if pick.get("price") is not None: text += f" {ids[0]} costs {_fmt_price(pick['price'])} PHP and its title '{_short(pick.get('title', ''))}' fits the request."
             if other: text += f" I compared it with {other['product_id']} at {_fmt_price(other['price'])} PHP, which matches fewer of the requested words, so {ids[0]} is the better choice."
             return text
-        return ("I searched the catalog with the key terms of the request, looked at the most relevant listings, checked their details "
+        return ("I searched the catalog with the key terms of the request, looked at the most relevant listings, "
+                "checked their details "
                 "against what the shopper asked for, and selected the products that satisfy the request best.")
 
 # %% ../../nbs/02_arena_traces/02_miners.ipynb #4a5376a2
-_SERVICE_WORDS = {"official": "from LazMall", "freeShipping": "with free shipping", "COD": "with cash on delivery", "flashsale": "on LazFlash"}
+_SERVICE_WORDS = {"official": "from LazMall", "freeShipping": "with free shipping", "COD": "with cash on delivery",
+                  "flashsale": "on LazFlash"}
 
 def harness_request(category: str, items: list, voucher: dict | None) -> str:
     "The request rewritten in ShoppingBench's own template, which the reference agent's parsers read reliably."
@@ -461,14 +479,18 @@ def harness_request(category: str, items: list, voucher: dict | None) -> str:
         p = it.price or ""
         price = (f" priced between {p.replace('-', ' and ')} pesos" if p and "-" in p.strip("-") else
                  f" under {p[1:]} pesos" if p.startswith("-") else f" above {p[:-1]} pesos" if p else "")
-        return " ".join(it.keywords) + price + "".join(" " + _SERVICE_WORDS[x] for x in it.service if x in _SERVICE_WORDS)
+        return " ".join(it.keywords) + price + "".join(" " + _SERVICE_WORDS[x] for x in it.service
+                                                       if x in _SERVICE_WORDS)
     if len(items) == 1 and not voucher: return one(items[0]) + "."
     lead = "Find a shop that offers these items:" if category == "shop" else "I'm looking for a few items:"
     text = lead + " " + "; ".join(f"({i + 1}) {one(it)}" for i, it in enumerate(items)) + "."
     if voucher and voucher.get("type"):
-        text += "\n\n" + voucher_block({"voucher_type": "shop" if voucher["same_shop"] else "platform", "threshold": voucher["threshold"],
-                                         "discount_type": voucher["type"], "face_value": voucher["value"] if voucher["type"] == "fixed" else None,
-                                         "discount": voucher["value"] if voucher["type"] == "percentage" else None, "cap": voucher["cap"],
+        text += "\n\n" + voucher_block({"voucher_type": "shop" if voucher["same_shop"] else "platform",
+                                        "threshold": voucher["threshold"],
+                                         "discount_type": voucher["type"],
+                                         "face_value": voucher["value"] if voucher["type"] == "fixed" else None,
+                                         "discount": voucher["value"] if voucher["type"] == "percentage" else None,
+                                         "cap": voucher["cap"],
                                          "budget": voucher["budget"]})
     return text
 
@@ -482,14 +504,16 @@ def subtask_agent_main(spec: MinerSpec, problem: dict, step_cap: int = 25) -> li
     q, harness_q = problem["query"], problem["query"]
     if spec.variant in ("keywords", "narrator"):
         texts, voucher = read_request(q)
-        client.simulate_inference(f"How many different products does this request ask for? Reply with a number.\n{q[:600]}", str(len(texts)))
+        client.simulate_inference(f"How many different products does this request ask for? Reply with a "
+                                  f"number.\n{q[:600]}", str(len(texts)))
         items = [Item(t, read_price(t), read_services(t)) for t in texts]
         for it in items:
-            client.simulate_inference(f"Extract the product search keywords from this request. Reply with keywords only.\n{it.text[:400]}",
-                                      " ".join(it.keywords[:8]) or "none")
+            client.simulate_inference(f"Extract the product search keywords from this request. Reply with keywords "
+                                      f"only.\n{it.text[:400]}", " ".join(it.keywords[:8]) or "none")
         if voucher:
             client.simulate_inference(f"Give the budget and voucher terms as key=value pairs.\n{q[-400:]}",
-                                      f"budget={voucher['budget']:g} min={voucher['threshold']:g} {voucher['type']}={voucher['value']:g}")
+                                      f"budget={voucher['budget']:g} min={voucher['threshold']:g} "
+                                      f"{voucher['type']}={voucher['value']:g}")
         harness_q = harness_request(problem.get("category", ""), items, voucher)
     else:
         items = [Item(t, parse_price(t), parse_services(t)) for t in split_items(q)]

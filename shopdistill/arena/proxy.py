@@ -98,13 +98,16 @@ class ProxyServer:
             reply, prompt = stub_model_reply(messages), json.dumps(messages)
             return 200, {"usage": {"prompt_tokens": count_tokens(prompt), "completion_tokens": count_tokens(reply),
                                    "total_tokens": count_tokens(prompt) + count_tokens(reply)}, "model": STUB_MODEL,
-                         "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": reply}}]}
+                         "choices": [{"index": 0, "finish_reason": "stop",
+                                      "message": {"role": "assistant", "content": reply}}]}
         body = dict(request, **({"model": self.model} if self.model else {}))
         headers = {"Content-Type": "application/json"}
         if os.environ.get(self.api_key_env): headers["Authorization"] = f"Bearer {os.environ[self.api_key_env]}"
-        req = urllib.request.Request(self.model_url + "/chat/completions", data=json.dumps(body).encode(), headers=headers, method="POST")
+        req = urllib.request.Request(self.model_url + "/chat/completions", data=json.dumps(body).encode(),
+                                     headers=headers, method="POST")
         local = (urlparse(self.model_url).hostname or "") in ("localhost", "127.0.0.1", "::1")
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({} if local else None))  # a local endpoint never via $http_proxy
+        # a local endpoint never via $http_proxy
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({} if local else None))
         try:
             with opener.open(req, timeout=self.model_timeout_s) as r: return r.status, json.loads(r.read())
         except urllib.error.HTTPError as e:

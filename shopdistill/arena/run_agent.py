@@ -22,7 +22,7 @@ from .envelope import make_envelope
 from .isolation import AGENT_DIR, COMPAT_DIR, LIB_DIR, PROXY_SOCKET, Sandbox, SandboxLimits
 from .miners import problem_for_agent
 from .proxy import ProxyServer
-from .rules import final_score, judge_coefficient
+from ..mechanics.rules import final_score, judge_coefficient
 from .sn15_api import SN15_SHIMS
 from .tool_client import TOKEN_ENV, TOOL_URL_ENV
 from .validator import AgentOutputError, Limits, build_dialogue, gate_proxy_judge, normalise_steps, problem_success
@@ -43,7 +43,8 @@ def install_guard(allowed_port: int | None = None):
                 raise PermissionError(f"network access refused: connect to {addr!r} (only the tool proxy is reachable)")
         elif event == "socket.getaddrinfo" and str(args[0]) not in _LOOPBACK:
             raise PermissionError(f"network access refused: name lookup of {args[0]!r}")
-        elif event in ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "pty.spawn"):
+        elif event in ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
+                       "os.forkpty", "pty.spawn"):
             raise PermissionError(f"starting processes is refused ({event})")
         elif event == "open":
             path, mode, flags = (list(args) + [None, None, 0])[:3]
@@ -112,7 +113,8 @@ def child_main(argv=None) -> int:
     def send(obj):
         try: data = json.dumps(obj, ensure_ascii=False).encode()
         except (TypeError, ValueError) as e:
-            data = json.dumps({"ok": False, "error": {"type": "InvalidOutput", "message": f"agent_main's result is not JSON: {e}"}}).encode()
+            data = json.dumps({"ok": False, "error": {"type": "InvalidOutput",
+                                                      "message": f"agent_main's result is not JSON: {e}"}}).encode()
         view = memoryview(data)
         while view: view = view[os.write(fd, view[: 1 << 16]):]
         os.close(fd)
@@ -131,7 +133,8 @@ def child_main(argv=None) -> int:
 # %% ../../nbs/02_arena_traces/10_run_agent.ipynb #0f23e7fe
 _CHILD = "import sys; from shopdistill.arena.run_agent import child_main; sys.exit(child_main(sys.argv[1:]))"
 
-_SANDBOX_CHILD = f"import sys; sys.path.insert(0, {LIB_DIR!r}); " + _CHILD.split("; ", 1)[1]  # -I leaves the package off sys.path
+# -I leaves the package off sys.path
+_SANDBOX_CHILD = f"import sys; sys.path.insert(0, {LIB_DIR!r}); " + _CHILD.split("; ", 1)[1]
 
 def _drain(stream, keep: int, out: dict):
     "Read a stream to its end keeping its first and last `keep` bytes (an agent may print without end)."
@@ -152,8 +155,9 @@ def _read_all(fd: int, limit: int, out: dict):
     out.update(data=b"".join(chunks), bytes=n)
 
 
-_KILLED_BY = {int(signal.SIGXCPU): "the CPU-seconds limit", int(signal.SIGKILL): "SIGKILL", int(signal.SIGXFSZ): "the file-size limit",
-              int(signal.SIGSEGV): "a segmentation fault", int(signal.SIGABRT): "an abort"}
+_KILLED_BY = {int(signal.SIGXCPU): "the CPU-seconds limit", int(signal.SIGKILL): "SIGKILL",
+              int(signal.SIGXFSZ): "the file-size limit", int(signal.SIGSEGV): "a segmentation fault",
+              int(signal.SIGABRT): "an abort"}
 
 def _exit_words(code: int | None) -> str:
     "What an exit status says: bwrap reports a child killed by signal N as 128 + N, Popen as -N."
@@ -163,20 +167,24 @@ def _exit_words(code: int | None) -> str:
     return f"was killed by {name}" + (f" ({_KILLED_BY[sig]})" if sig in _KILLED_BY and _KILLED_BY[sig] != name else "")
 
 # %% ../../nbs/02_arena_traces/10_run_agent.ipynb #fa916294
-def run_child(agent_file, problem: dict, proxy_url: str | None, token: str, timeout_s: float, result_limit: int = 50_000_000,
-              sandbox: Sandbox | None = None) -> dict:
+def run_child(agent_file, problem: dict, proxy_url: str | None, token: str, timeout_s: float,
+              result_limit: int = 50_000_000, sandbox: Sandbox | None = None) -> dict:
     """Run `agent_main` of `agent_file` on one stripped problem in a child: in `sandbox` (its staged file; the proxy on its
     socket) or, without one, a plain guarded child on `proxy_url`. {'status', 'result' | 'error', 'seconds', 'output'}."""
     r, w = os.pipe()
     if sandbox is not None:
-        settings = {"sandbox": True, "paths": [LIB_DIR, COMPAT_DIR], "socket": PROXY_SOCKET, "limits": sandbox.limits.rlimits(timeout_s)}
-        argv = sandbox.command([sys.executable, "-I", "-B", "-c", _SANDBOX_CHILD, f"{AGENT_DIR}/{sandbox.agent_name}", str(w), json.dumps(settings)])
-        env, cwd = sandbox.env(), str(sandbox.stage)  # bwrap's own cwd (its init's PWD is readable inside): nothing of the validator's
+        settings = {"sandbox": True, "paths": [LIB_DIR, COMPAT_DIR], "socket": PROXY_SOCKET,
+                    "limits": sandbox.limits.rlimits(timeout_s)}
+        argv = sandbox.command([sys.executable, "-I", "-B", "-c", _SANDBOX_CHILD, f"{AGENT_DIR}/{sandbox.agent_name}",
+                                str(w), json.dumps(settings)])
+        # bwrap's own cwd (its init's PWD is readable inside): nothing of the validator's
+        env, cwd = sandbox.env(), str(sandbox.stage)
     else:
         compat = Path(tempfile.mkdtemp(prefix="shopdistill-compat-"))
         for rel, text in SN15_SHIMS.items(): (compat / rel).parent.mkdir(parents=True, exist_ok=True); (compat / rel).write_text(text)
         argv = [sys.executable, "-B", "-c", _CHILD, str(agent_file), str(w), json.dumps({"paths": [str(compat)]})]
-        env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "PYTHONPATH", "VIRTUAL_ENV", "SHOPDISTILL_HOME")}
+        env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "PYTHONPATH", "VIRTUAL_ENV",
+                                                            "SHOPDISTILL_HOME")}
         env.update({TOOL_URL_ENV: proxy_url, "SANDBOX_PROXY_URL": proxy_url, TOKEN_ENV: token, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"})
         cwd = str(Path(agent_file).parent)
     t0 = time.time()
@@ -225,16 +233,19 @@ def _envelope_from_child(problem: dict, run: dict, calls: list, start_ms: int, l
     if status == "SUCCESS":
         try:
             steps = normalise_steps(run["result"])
-            if len(steps) > limits.max_steps: raise AgentOutputError(f"{len(steps)} steps, more than the limit of {limits.max_steps}")
+            if len(steps) > limits.max_steps: raise AgentOutputError(f"{len(steps)} steps, more than the limit of "
+                                                                     f"{limits.max_steps}")
             dialogue = build_dialogue(steps, calls, problem["id"], problem["query"], start_ms, exec_s)
         except AgentOutputError as e: status, error = "FAILED", {"type": "InvalidOutput", "message": str(e)}
     inference = [c for c in calls if c["kind"] == "inference"]
-    return make_envelope(problem["id"], status, exec_s, len(inference), sum(c["status_code"] != 200 for c in inference), error, dialogue)
+    return make_envelope(problem["id"], status, exec_s, len(inference), sum(c["status_code"] != 200 for c in inference),
+                         error, dialogue)
 
 # %% ../../nbs/02_arena_traces/10_run_agent.ipynb #e6e78074
 def run_agent_file(agent_file, problems: list, engine, timeout_problem: float = 300.0, timeout_suite: float = 1800.0,
-                   step_cap: int = 25, progress: bool = False, isolation: bool = True, limits: SandboxLimits = SandboxLimits(),
-                   model_url: str | None = None, model: str | None = None, hidden=None) -> dict:
+                   step_cap: int = 25, progress: bool = False, isolation: bool = True,
+                   limits: SandboxLimits = SandboxLimits(), model_url: str | None = None, model: str | None = None,
+                   hidden=None) -> dict:
     """A validator's run of an agent file on `problems` (bank or task dicts with gold): static checks, then each problem in a
     fresh sandbox (or, with `isolation=False`, a plain guarded child: trusted files only) under the time limits. The proxy's
     model is the stub unless `model_url` names an OpenAI-compatible endpoint. Returns {'accepted', 'rejections', 'isolation',
@@ -242,7 +253,8 @@ def run_agent_file(agent_file, problems: list, engine, timeout_problem: float = 
     import uuid
     agent_file = Path(agent_file).absolute()
     rejections = static_check(agent_file.read_text(encoding="utf-8", errors="replace"), problems, agent_file.name)
-    if rejections: return {"accepted": False, "rejections": rejections, "isolation": None, "envelopes": [], "rows": [], "score": None}
+    if rejections: return {"accepted": False, "rejections": rejections, "isolation": None, "envelopes": [], "rows": [],
+                           "score": None}
     sandbox = None
     if isolation:
         sandbox = Sandbox(agent_file, limits, hidden=[runs_root(), repo_root() / "runs"] if hidden is None else hidden)
@@ -260,7 +272,9 @@ def run_agent_file(agent_file, problems: list, engine, timeout_problem: float = 
             left = timeout_suite - (time.time() - t_suite)
             token, start_ms = uuid.uuid4().hex, int(time.time() * 1000)
             if left <= 0:
-                run = {"status": "TIMED_OUT", "error": {"type": "SuiteTimeout", "message": f"the suite's {timeout_suite:g} s limit passed before this problem started"},
+                run = {"status": "TIMED_OUT", "error": {"type": "SuiteTimeout",
+                                                        "message": f"the suite's {timeout_suite:g} s limit passed "
+                                                                   f"before this problem started"},
                        "seconds": 0.0}
             elif sandbox:
                 proxy.listen_unix(sandbox.socket, token, owner=sandbox.socket_owner)  # a fresh socket a problem: its calls are its own

@@ -19,13 +19,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from fastcore.basics import patch
-from .bank import build_bank
-from .clusters import leak_clusters
+from ..mechanics.bank import build_bank
+from ..mechanics.clusters import leak_clusters
 from .envelope import make_envelope
 from .firehose import ShardWriter, gzip_member
 from .miners import MinerAgent, MinerSpec, STYLES, VARIANTS
-from .pools import assign_pools, public_suite, race_problems
-from .rules import ArenaSettings, Entry, final_score, judge_coefficient, qualifiers, race_standings, race_winner, u16_weights, weight_vector
+from ..mechanics.pools import assign_pools, public_suite, race_problems
+from ..mechanics.rules import ArenaSettings, Entry, final_score, judge_coefficient, qualifiers, race_standings, race_winner, u16_weights, weight_vector
 from .tool_client import InProcessToolClient, ProxyLog, SearchCache, SimClock
 from .validator import Limits, gate_proxy_judge, problem_success, run_problem
 from ..core.run import ArenaFolder, Run
@@ -41,10 +41,12 @@ class ArenaTracesSettings:
     "The `arena_traces` section of a profile: the simulated season of chapter 02 (the rules themselves are chapter 00's `arena`)."
     seed: int = 0
     days: int = 40  # the paper's training window: about the first 40 days of SN15 output
-    miners: dict[str, int] = field(default_factory=lambda: {"subtask": 40, "agentic": 28, "decoy": 12})  # hotkeys per starting style
+    # hotkeys per starting style
+    miners: dict[str, int] = field(default_factory=lambda: {"subtask": 40, "agentic": 28, "decoy": 12})
     validators: int = 5
     eligible_runs: int = 3  # X of Y: completed validator runs an agent needs on a suite
-    submit_rate: dict[str, float] = field(default_factory=lambda: {"subtask": 0.4, "agentic": 0.3, "decoy": 0.1})  # new versions a day
+    # new versions a day
+    submit_rate: dict[str, float] = field(default_factory=lambda: {"subtask": 0.4, "agentic": 0.3, "decoy": 0.1})
     copy_rate: float = 0.35  # share of new versions that copy the best public agent instead of improving their own
     embargo_h: float = 24.0  # agent code is published this long after it becomes eligible
     season_start: str = "2026-03-21"  # day 0 (UTC)
@@ -92,9 +94,10 @@ def initial_spec(style: str, rng: random.Random) -> MinerSpec:
     if style == "agentic":
         strong = rng.random() < 0.35  # a frontier-class model behind a careful prompt
         lo, hi = (0.88, 0.99) if strong else (0.35, 0.9)
-        return MinerSpec.make("agentic", "tool_caller", comprehension=_u(rng, lo, hi), query=_u(rng, lo, hi), filters=_u(rng, lo, hi),
-                              reformulate=_u(rng, 0.1, 0.8), inspect=_u(rng, lo, hi), select=_u(rng, lo, hi), shop=_u(rng, lo, hi),
-                              budget=_u(rng, lo, hi), ground=_u(rng, 0.3, 1.0), specific=_u(rng, 0.2, 0.95), compare=_u(rng, 0.1, 0.9),
+        return MinerSpec.make("agentic", "tool_caller", comprehension=_u(rng, lo, hi), query=_u(rng, lo, hi),
+                              filters=_u(rng, lo, hi), reformulate=_u(rng, 0.1, 0.8), inspect=_u(rng, lo, hi),
+                              select=_u(rng, lo, hi), shop=_u(rng, lo, hi), budget=_u(rng, lo, hi),
+                              ground=_u(rng, 0.3, 1.0), specific=_u(rng, 0.2, 0.95), compare=_u(rng, 0.1, 0.9),
                               mistakes=_u(rng, 0.02, 0.12) if strong else _u(rng, 0.15, 0.6), verbosity=_u(rng, 0, 1), speed=_u(rng, 0.05, 1))
     if style == "subtask":
         variant = rng.choices(VARIANTS["subtask"], weights=(0.45, 0.4, 0.15))[0]
@@ -137,7 +140,8 @@ def initial_population(settings: ArenaTracesSettings) -> list[AgentVersion]:
     for style in STYLES:
         for _ in range(settings.miners.get(style, 0)):
             uid = len(out) + 1
-            out.append(AgentVersion(f"v{uid:06d}", fake_hotkey(settings.seed, "miner", uid), uid, initial_spec(style, rng), 0, "initial"))
+            out.append(AgentVersion(f"v{uid:06d}", fake_hotkey(settings.seed, "miner", uid), uid,
+                                    initial_spec(style, rng), 0, "initial"))
     return out
 
 # %% ../../nbs/02_arena_traces/05_season.ipynb #9c5a860f
@@ -145,8 +149,8 @@ def race_bank(tasks, catalog, rules, settings: ArenaTracesSettings) -> tuple[lis
     "(bank, cluster labels, pools, public suites) for the season, from chapter 00's functions."
     bank = build_bank(tasks, catalog, seed=settings.seed, sibling_fraction=settings.sibling_fraction)
     c = rules.clusters
-    labels = leak_clusters(bank, similarity=c.similarity, lsh_threshold=c.lsh_threshold, content_df=c.content_df, min_df=c.min_df,
-                           num_perm=c.num_perm, seed=c.seed)
+    labels = leak_clusters(bank, similarity=c.similarity, lsh_threshold=c.lsh_threshold, content_df=c.content_df,
+                           min_df=c.min_df, num_perm=c.num_perm, seed=c.seed)
     pools = assign_pools(bank, labels, rules.pools.fractions, seed=rules.pools.seed)
     suites = [public_suite(bank, pools, labels, v, rules.pools.suite_per_category, rules.pools.seed)
               for v in range(1, rules.pools.suite_versions + 1)]
@@ -159,8 +163,10 @@ def set_state(catalog, engine, problems: dict, settings: ArenaTracesSettings, ag
     """Install the season's shared state in this process (workers inherit it when forked). `agents` maps an agent version id
     to an agent of its own (chapter 07's distilled checkpoint re-entering a season); every other version is simulated."""
     _STATE.clear()
-    _STATE.update(catalog=catalog, cache=SearchCache(engine), problems=problems, settings=settings, agents=dict(agents or {}),
-                  limits=Limits(settings.problem_timeout_s, settings.suite_timeout_s, settings.step_cap, 2 * settings.step_cap))
+    _STATE.update(catalog=catalog, cache=SearchCache(engine), problems=problems, settings=settings,
+                  agents=dict(agents or {}), limits=Limits(settings.problem_timeout_s, settings.suite_timeout_s,
+                                                           settings.step_cap,
+                                2 * settings.step_cap))
 
 
 def clear_state():
@@ -181,16 +187,19 @@ def run_work(work: dict) -> tuple[bytes, list[dict]]:
         rng = random.Random(stable_seed(work["seed"], pid))
         if clock.now_ms() > suite_deadline:
             env, calls = make_envelope(pid, "TIMED_OUT", 0.0, 0, 0, {"type": "SuiteTimeout", "message":
-                                       f"the suite's {limits.suite_s:g} s limit passed before this problem started"}, None), []
+                                       f"the suite's {limits.suite_s:g} s limit passed before this problem started"},
+                                       None), []
         else:
-            client = InProcessToolClient(cache, clock, rng, ProxyLog(st.proxy_response_max_chars), inference_failure_rate=st.inference_failure_rate)
+            client = InProcessToolClient(cache, clock, rng, ProxyLog(st.proxy_response_max_chars),
+                                         inference_failure_rate=st.inference_failure_rate)
             env, calls = run_problem(agent.agent_main, problem, client, limits)
         judge = gate_proxy_judge(problem["query"], env["dialogue"], calls)
         ok = problem_success(problem, env, catalog)
         trace_id = f"{work['race_id']}/{work['phase']}/{work['validator'][:8]}/{v.version_id}/{pid}"
         env["extract"] = {"trace_id": trace_id, "race_id": work["race_id"], "phase": work["phase"], "day": work["day"],
                           "suite_version": work.get("suite_version"), "problem_seed": work.get("problem_seed"),
-                          "miner_hotkey": v.hotkey, "miner_uid": v.uid, "agent_version_id": v.version_id, "validator": work["validator"],
+                          "miner_hotkey": v.hotkey, "miner_uid": v.uid, "agent_version_id": v.version_id,
+                          "validator": work["validator"],
                           "result": {"success": ok, "reasoning_quality": judge["reasoning_quality"]}}
         lines.append(json.dumps(env, ensure_ascii=False))
         rows.append({"trace_id": trace_id, "problem_id": pid, "status": env["status"], "success": ok,
@@ -210,12 +219,13 @@ def _score_runs(rows_by_run: dict, eligible_runs: int) -> dict:
     out = {}
     for vid, runs in per.items():
         completed = sum(not any(x["suite_timeout"] for x in r) for r in runs)
-        scores = [final_score(float(np.mean([x["success"] for x in r])), [x["reasoning_quality"] for x in r]) for r in runs]
+        scores = [final_score(float(np.mean([x["success"] for x in r])),
+                              [x["reasoning_quality"] for x in r]) for r in runs]
         q = float(np.mean([x["reasoning_quality"] for r in runs for x in r]))
         out[vid] = {"score": round(float(np.mean(scores)), 4), "eligible": completed >= min(eligible_runs, len(runs)),
                     "runs": len(runs), "completed_runs": completed,
-                    "success_rate": round(float(np.mean([x["success"] for r in runs for x in r])), 4), "mean_quality": round(q, 4),
-                    "coefficient": round(judge_coefficient(q), 4)}
+                    "success_rate": round(float(np.mean([x["success"] for r in runs for x in r])), 4),
+                    "mean_quality": round(q, 4), "coefficient": round(judge_coefficient(q), 4)}
     return out
 
 
@@ -241,7 +251,8 @@ def submissions(self: Season, day: int):
     "Each miner may submit a new version: an improvement of its own agent or a copy of the best public one."
     if day == 0: return
     rng = random.Random(stable_seed(self.st.seed, "submit", day))
-    public = [vid for vid, d in self.eligible_day.items() if (day - d) * 24 >= self.st.embargo_h and vid in self.best_shown]
+    public = [vid for vid, d in self.eligible_day.items() if (day - d) * 24 >= self.st.embargo_h
+              and vid in self.best_shown]
     # `best_shown`: the best score a version has shown on the public leaderboard (qualifying or race)
     for hotkey in sorted(self.latest, key=lambda h: self.versions[self.latest[h]].uid):
         cur = self.versions[self.latest[hotkey]]
@@ -249,7 +260,8 @@ def submissions(self: Season, day: int):
         others = [vid for vid in public if self.versions[vid].hotkey != hotkey]
         if others and rng.random() < self.st.copy_rate:
             same = [vid for vid in others if self.versions[vid].spec.style == cur.spec.style]
-            loyal = 0.8 if cur.spec.style == "agentic" else 0.5  # model builders mostly copy models; others copy whatever wins
+            # model builders mostly copy models; others copy whatever wins
+            loyal = 0.8 if cur.spec.style == "agentic" else 0.5
             pool = same if same and rng.random() < loyal else others
             src = max(pool, key=lambda vid: (self.best_shown[vid], vid))
             spec, origin, parent = copy_of(self.versions[src].spec, rng), "copied", src
@@ -266,7 +278,8 @@ def works(self: Season, day: int, phase: str, version_ids: list, problem_ids: li
     out = []
     for i, vid in enumerate(version_ids):
         for j, val in enumerate(self.validators):
-            out.append({"phase": phase, "day": day, "validator": val, "version": self.versions[vid], "problem_ids": problem_ids,
+            out.append({"phase": phase, "day": day, "validator": val, "version": self.versions[vid],
+                        "problem_ids": problem_ids,
                         "start_ms": _day_ms(self.st, day, base_h + (i * len(self.validators) + j) * 0.05),
                         "seed": stable_seed(self.st.seed, day, phase, j, vid), **info})
     return out
@@ -282,9 +295,10 @@ def run_phase(self: Season, works: list, run_many, writer) -> dict:
         by_run[(v.version_id, w["validator"])] = rows
         for r in rows:
             self.label_rows.append({"trace_id": r["trace_id"], "style": v.spec.style, "variant": v.spec.variant,
-                                    "agent_version_id": v.version_id, "origin": v.origin, "phase": w["phase"], "day": w["day"],
-                                    "status": r["status"], "success": r["success"], "reasoning_quality": r["reasoning_quality"],
-                                    "steps": r["steps"], "inference_total": r["inference_total"]})
+                                    "agent_version_id": v.version_id, "origin": v.origin, "phase": w["phase"],
+                                    "day": w["day"], "status": r["status"], "success": r["success"],
+                                    "reasoning_quality": r["reasoning_quality"], "steps": r["steps"],
+                                    "inference_total": r["inference_total"]})
     return _score_runs(by_run, self.st.eligible_runs)
 
 # %% ../../nbs/02_arena_traces/05_season.ipynb #d9480299
@@ -329,8 +343,8 @@ def day(self: Season, day: int, run_many, writer):
     quals = qualifiers(entries, r.qualify_fraction, incumbent=inc) if entries else []
     seed = stable_seed(self.st.seed, "problem_seed", day) % 2**31
     pids = race_problems(self.bank, self.pools, self.labels, seed, r.pools.race_problems)
-    res = self.run_phase(self.works(day, "race", [e.version_id for e in quals], pids, race_id=race_id, suite_version=None,
-                                    problem_seed=seed), run_many, writer) if quals else {}
+    res = self.run_phase(self.works(day, "race", [e.version_id for e in quals], pids, race_id=race_id,
+                                    suite_version=None, problem_seed=seed), run_many, writer) if quals else {}
     race = [Entry(e.hotkey, e.version_id, res[e.version_id]["score"]) for e in quals]
     winner, dethroned, weights = self.crown(race, inc, day)
     n_uids = 1 + len({v.uid for v in self.versions.values()})
@@ -339,16 +353,19 @@ def day(self: Season, day: int, run_many, writer):
     for phase, scores in (("qualifying", qual), ("race", res)):
         for vid, sc in scores.items():
             v = self.versions[vid]
-            self.race_rows.append({"race_id": race_id, "day": day, "phase": phase, "suite_version": suite["version"] if phase == "qualifying" else None,
-                                   "problem_seed": seed if phase == "race" else None, "hotkey": v.hotkey, "uid": v.uid, "agent_version_id": vid,
-                                   **sc, "qualified": vid in {e.version_id for e in quals}, "rank": rank.get(vid) if phase == "race" else None,
+            self.race_rows.append({"race_id": race_id, "day": day, "phase": phase,
+                                   "suite_version": suite["version"] if phase == "qualifying" else None,
+                                   "problem_seed": seed if phase == "race" else None, "hotkey": v.hotkey, "uid": v.uid,
+                                   "agent_version_id": vid, **sc, "qualified": vid in {e.version_id for e in quals},
+                                   "rank": rank.get(vid) if phase == "race" else None,
                                    "winner": phase == "race" and winner is not None and vid == winner.version_id,
-                                   "dethroned": phase == "race" and winner is not None and vid == winner.version_id and dethroned,
-                                   "weight": vec[v.uid] if phase == "race" else None})
+                                   "dethroned": phase == "race" and winner is not None and vid == winner.version_id
+                                   and dethroned, "weight": vec[v.uid] if phase == "race" else None})
     total = sum(vec)
     hk = {v.uid: v.hotkey for v in self.versions.values()}
     for uid, w in enumerate(vec):
-        if w: self.weight_rows.append({"race_id": race_id, "day": day, "uid": uid, "hotkey": hk.get(uid, "burn"), "weight": w, "share": w / total})
+        if w: self.weight_rows.append({"race_id": race_id, "day": day, "uid": uid, "hotkey": hk.get(uid, "burn"),
+                                       "weight": w, "share": w / total})
     return {"day": day, "race_id": race_id, "qualifying_versions": len(q_ids), "qualifiers": len(quals),
             "winner": winner.version_id if winner else None, "dethroned": dethroned}
 
@@ -385,9 +402,10 @@ def _write_parquet(rows: list, path: Path):
     pd.DataFrame(rows).to_parquet(path, index=False)
 
 # %% ../../nbs/02_arena_traces/05_season.ipynb #21a4701c
-SEASON_MODULES = ("sandbox.catalog", "sandbox.analyzer", "sandbox.search", "sandbox.tasks", "sandbox.task_synthesis", "sandbox.similarity",
-                  "sandbox.scoring", "sandbox.tools", "sandbox.reference_agent", "sandbox.profile", "arena.rules", "arena.paraphrase",
-                  "arena.bank", "arena.clusters", "arena.pools", "arena.envelope", "arena.tool_client", "arena.miners", "arena.validator",
+SEASON_MODULES = ("sandbox.catalog", "sandbox.analyzer", "sandbox.search", "sandbox.tasks", "sandbox.task_synthesis",
+                  "sandbox.similarity", "sandbox.scoring", "sandbox.tools", "sandbox.reference_agent",
+                  "sandbox.profile", "mechanics.rules", "mechanics.paraphrase", "mechanics.bank", "mechanics.clusters",
+                  "mechanics.pools", "arena.envelope", "arena.tool_client", "arena.miners", "arena.validator",
                   "arena.firehose", "arena.season")  # the code a season's bytes depend on (modules of `shopdistill`)
 
 def module_source(name: str) -> bytes:
@@ -395,10 +413,11 @@ def module_source(name: str) -> bytes:
     return Path(importlib.util.find_spec(f"shopdistill.{name}").origin).read_bytes()
 
 
-def season_fingerprint(traces: ArenaTracesSettings, rules: ArenaSettings, catalog: CatalogSettings, search: SearchSettings,
-                       tasks: TaskSettings, scoring: ScoringSettings) -> str:
+def season_fingerprint(traces: ArenaTracesSettings, rules: ArenaSettings, catalog: CatalogSettings,
+                       search: SearchSettings, tasks: TaskSettings, scoring: ScoringSettings) -> str:
     "A hash of everything a season's bytes depend on: its settings, the rules, the sandbox's settings and the code of `SEASON_MODULES`."
-    h = hashlib.sha256(json.dumps([asdict(traces), asdict(rules), asdict(catalog), asdict(tasks), asdict(search), asdict(scoring)],
+    h = hashlib.sha256(json.dumps([asdict(traces), asdict(rules), asdict(catalog), asdict(tasks), asdict(search),
+                                   asdict(scoring)],
                                   sort_keys=True, default=str).encode())
     for m in SEASON_MODULES: h.update(m.encode() + module_source(m))
     return h.hexdigest()[:16]
@@ -408,14 +427,16 @@ def reused_season(arena: ArenaFolder, fingerprint: str) -> dict | None:
     "The summary of the season already in `arena` when it has `fingerprint` and all its shards, else None."
     if not arena.season.exists(): return None
     old = json.loads(arena.season.read_text())
-    if old.get("fingerprint") == fingerprint and all((arena.firehose / s["path"]).exists() for s in old["shards"]): return old
+    if old.get("fingerprint") == fingerprint and all((arena.firehose / s["path"]).exists()
+                                                     for s in old["shards"]): return old
     return None
 
 
 def write_bank(path: Path, bank: list, labels: list, pools: list):
     "The race bank as JSON lines, each problem with its pool and leak cluster (chapter 04 splits the corpus by the same clusters)."
     with open(path, "w", encoding="utf-8") as f:
-        for p, c, pool in zip(bank, labels, pools): f.write(json.dumps({**p, "pool": pool, "cluster": int(c)}, ensure_ascii=False) + "\n")
+        for p, c, pool in zip(bank, labels, pools): f.write(json.dumps({**p, "pool": pool, "cluster": int(c)},
+                                                                       ensure_ascii=False) + "\n")
 
 
 def run_days(season: Season, writer: ShardWriter, labels: RowWriter, workers: int, progress: bool = True,
@@ -433,7 +454,8 @@ def run_days(season: Season, writer: ShardWriter, labels: RowWriter, workers: in
             season.label_rows.clear()
             n_now = sum(s["envelopes"] for s in writer.shards)
             if progress:
-                print(f"day {d + 1:3d}/{st.days}: {n_now:8,d} traces, {days[-1]['qualifiers']:2d} qualifiers, winner {days[-1]['winner']}"
+                print(f"day {d + 1:3d}/{st.days}: {n_now:8,d} traces, {days[-1]['qualifiers']:2d} qualifiers, winner "
+                      f"{days[-1]['winner']}"
                       f"{' (new)' if days[-1]['dethroned'] else ''}, {time.time() - t0:6.0f}s", flush=True)
             if stop_at_traces is not None and n_now >= stop_at_traces: break
     finally:
@@ -442,9 +464,10 @@ def run_days(season: Season, writer: ShardWriter, labels: RowWriter, workers: in
     return days
 
 # %% ../../nbs/02_arena_traces/05_season.ipynb #a6eae308
-def simulate_season(run: Run, traces: ArenaTracesSettings, rules: ArenaSettings, catalog: CatalogSettings, search: SearchSettings,
-                    tasks: TaskSettings, scoring: ScoringSettings, out_dir=None, workers: int | None = None, progress: bool = True,
-                    reuse: bool = False, stop_at_traces: int | None = None) -> dict:
+def simulate_season(run: Run, traces: ArenaTracesSettings, rules: ArenaSettings, catalog: CatalogSettings,
+                    search: SearchSettings, tasks: TaskSettings, scoring: ScoringSettings, out_dir=None,
+                    workers: int | None = None, progress: bool = True, reuse: bool = False,
+                    stop_at_traces: int | None = None) -> dict:
     """Run a season (`traces`: section `arena_traces`; `rules`: section `arena`) on the sandbox of `run` (its three sections,
     as `load_sandbox` takes them; `scoring` is part of the fingerprint) and write it to `out_dir` (default `run.arena()`).
     Returns the summary also written to `season.json`. With `reuse`, a season already there with the same fingerprint
@@ -469,12 +492,14 @@ def simulate_season(run: Run, traces: ArenaTracesSettings, rules: ArenaSettings,
     shards = writer.close()
     _write_parquet(season.race_rows, arena.races)
     _write_parquet(season.weight_rows, arena.weights)
-    _write_parquet([{"agent_version_id": v.version_id, "hotkey": v.hotkey, "uid": v.uid, "style": v.spec.style, "variant": v.spec.variant,
-                     "skills": json.dumps(dict(v.spec.skills), sort_keys=True), "day": v.day, "origin": v.origin, "parent": v.parent}
+    _write_parquet([{"agent_version_id": v.version_id, "hotkey": v.hotkey, "uid": v.uid, "style": v.spec.style,
+                     "variant": v.spec.variant, "skills": json.dumps(dict(v.spec.skills), sort_keys=True), "day": v.day,
+                     "origin": v.origin, "parent": v.parent}
                     for v in season.versions.values()], arena.version_labels)
     n, secs = sum(s["envelopes"] for s in shards), time.time() - t0
-    summary = {"profile": run.profile, "fingerprint": fp, "settings": asdict(traces), "traces": n, "shards": shards, "days": days,
-               "versions": len(season.versions), "bank": {"problems": len(bank), "clusters": len(set(labels)),
+    summary = {"profile": run.profile, "fingerprint": fp, "settings": asdict(traces), "traces": n, "shards": shards,
+               "days": days, "versions": len(season.versions),
+               "bank": {"problems": len(bank), "clusters": len(set(labels)),
                                                            "pools": {p: pools.count(p) for p in sorted(set(pools))}},
                "workers": n_workers, "seconds": {"total": round(secs, 1), "setup": round(t_setup, 1)},
                "traces_per_second": round(n / max(1e-9, secs - t_setup), 1), "peak_rss_mb": _peak_rss_mb(),

@@ -47,7 +47,8 @@ def Tool(name: str | Callable | None = None):
 def get_tool(name: str) -> Callable:
     "The tool registered as `name`; a ValueError naming every registered tool otherwise."
     if name not in _TOOL_REGISTRY:
-        raise ValueError(f"no tool named {name!r} is registered; registered tools: {', '.join(sorted(_TOOL_REGISTRY)) or '(none)'}")
+        raise ValueError(f"no tool named {name!r} is registered; registered tools: "
+                         f"{', '.join(sorted(_TOOL_REGISTRY)) or '(none)'}")
     return _TOOL_REGISTRY[name]
 
 # %% ../../nbs/02_arena_traces/08_sn15_api.ipynb #9de8a5ea
@@ -60,13 +61,15 @@ def generate_tool_call_id(name: str, parameters, length: int = 8) -> str:
 def execute_tool_call(tool_name: str, parameters: dict) -> ToolCallResult:
     "Call the registered tool with `parameters` as keyword arguments: the call, its id and the tool's result as it returned it."
     call_id = generate_tool_call_id(tool_name, parameters)
-    return ToolCallResult(name=tool_name, parameters=parameters, tool_call_id=call_id, result=get_tool(tool_name)(**parameters))
+    return ToolCallResult(name=tool_name, parameters=parameters, tool_call_id=call_id,
+                          result=get_tool(tool_name)(**parameters))
 
 # %% ../../nbs/02_arena_traces/08_sn15_api.ipynb #1cf6c674
 def format_content(think: str, tool_calls: list, response: str) -> str:
     "A step's tagged text, one line per part given: `<think>`, `<tool_call>` (a JSON list of name and parameters), `<response>`."
     parts = [f"<think>{think}</think>"] if think else []
-    if tool_calls: parts.append("<tool_call>" + json.dumps([{"name": c["name"], "parameters": c["parameters"]} for c in tool_calls]) + "</tool_call>")
+    if tool_calls: parts.append("<tool_call>" + json.dumps([{"name": c["name"], "parameters": c["parameters"]}
+                                                            for c in tool_calls]) + "</tool_call>")
     if response: parts.append(f"<response>{response}</response>")
     return "\n".join(parts)
 
@@ -74,7 +77,8 @@ def format_content(think: str, tool_calls: list, response: str) -> str:
 def create_dialogue_step(think: str, tool_results: list, response: str, query: str, step: int) -> dict:
     "One SN15 dialogue step: `completion` (the tagged content, the message of the parts given) and `extra_info` (step, query, ms timestamp)."
     message = {k: v for k, v in (("think", think), ("tool_call", tool_results), ("response", response)) if v}
-    return {"completion": {"reasoning_content": "", "content": format_content(think, tool_results, response), "message": message},
+    return {"completion": {"reasoning_content": "", "content": format_content(think, tool_results, response),
+                           "message": message},
             "extra_info": {"step": step, "query": query, "timestamp": int(time.time() * 1000)}}
 
 # %% ../../nbs/02_arena_traces/08_sn15_api.ipynb #cfb26662
@@ -83,9 +87,11 @@ PROXY_URL_ENV = "SANDBOX_PROXY_URL"
 class ProxyClient:
     """SN15's agent-side HTTP client of the sandbox's proxy at $SANDBOX_PROXY_URL: `get(path, params)`, `post(path, json_data)`.
     Outside the sandbox (--no-isolation) one loopback port serves every problem, so each request names its problem's token."""
-    def __init__(self, proxy_url: str | None = None, timeout: float = 120, max_retries: int = 3, retry_delay: float = 1.0, **_ignored):
+    def __init__(self, proxy_url: str | None = None, timeout: float = 120, max_retries: int = 3,
+                 retry_delay: float = 1.0, **_ignored):
         self.proxy_url = (proxy_url or os.environ.get(PROXY_URL_ENV) or "").rstrip("/")
-        if not self.proxy_url: raise RuntimeError(f"${PROXY_URL_ENV} is not set: agents run inside the validator's sandbox, which sets it")
+        if not self.proxy_url: raise RuntimeError(f"${PROXY_URL_ENV} is not set: agents run inside the validator's "
+                                                  f"sandbox, which sets it")
         self.timeout, self.max_retries, self.retry_delay = timeout, max_retries, retry_delay
         self.token = os.environ.get(TOKEN_ENV, "")
 
@@ -93,8 +99,10 @@ class ProxyClient:
         q = urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v is not None})
         data = json.dumps(json_data).encode() if json_data is not None else None
         for attempt in range(self.max_retries + 1):
-            req = urllib.request.Request(self.proxy_url + path + (f"?{q}" if q else ""), data=data, method="POST" if data is not None else "GET",
-                                         headers={"Content-Type": "application/json", **({"X-Problem-Token": self.token} if self.token else {})})
+            req = urllib.request.Request(self.proxy_url + path + (f"?{q}" if q else ""), data=data,
+                                         method="POST" if data is not None else "GET",
+                                         headers={"Content-Type": "application/json",
+                                                  **({"X-Problem-Token": self.token} if self.token else {})})
             try:
                 with urllib.request.urlopen(req, timeout=self.timeout) as r: return json.loads(r.read())
             except urllib.error.HTTPError as e:
@@ -108,8 +116,8 @@ class ProxyClient:
 
 # %% ../../nbs/02_arena_traces/08_sn15_api.ipynb #08805711
 # the names of ORO's src/agent/agent_interface.py (commit a6b1cf3): an agent may import any of them
-AGENT_INTERFACE = ("ToolCallResult", "_TOOL_REGISTRY", "register_tool", "Tool", "get_tool", "generate_tool_call_id", "execute_tool_call",
-                   "format_content", "create_dialogue_step")
+AGENT_INTERFACE = ("ToolCallResult", "_TOOL_REGISTRY", "register_tool", "Tool", "get_tool", "generate_tool_call_id",
+                   "execute_tool_call", "format_content", "create_dialogue_step")
 
 # what the sandbox mounts as SN15's `src.agent` package: each module re-exports this one's pieces by name
 SN15_SHIMS = {"src/__init__.py": "", "src/agent/__init__.py": "",

@@ -18,7 +18,7 @@ import urllib.request
 import urllib.parse
 from contextlib import contextmanager
 from .envelope import INFERENCE_PATH
-from ..sandbox.tools import ShoppingEnv, _as_id_string
+from ..sandbox.tools import ShoppingEnv, id_string
 
 # %% ../../nbs/02_arena_traces/01_tool_client.ipynb #37a50ab0
 SEARCH_TOOLS = ("find_product", "view_product_information", "get_product_raw")
@@ -71,8 +71,9 @@ class ProxyLog:
                response_text: str | None = None, **tags) -> dict:
         "Append one call; `response_text` is the response's JSON text when the caller already has it."
         text = response_text if response_text is not None else json.dumps(response, ensure_ascii=False)
-        call = {"kind": kind, "method": method, "path": path, "timestamp": int(timestamp), "duration_ms": round(float(duration_ms), 1),
-                "status_code": int(status_code), "params": params, "json_data": json_data}
+        call = {"kind": kind, "method": method, "path": path, "timestamp": int(timestamp),
+                "duration_ms": round(float(duration_ms), 1), "status_code": int(status_code), "params": params,
+                "json_data": json_data}
         if len(text) > self.max_chars: call["response_truncated"] = text[: self.max_chars]
         else: call["response"] = response
         call["result_product_ids"] = list(result_product_ids or [])
@@ -81,7 +82,8 @@ class ProxyLog:
         return call
 
 # %% ../../nbs/02_arena_traces/01_tool_client.ipynb #149c0442
-_STUB_STOP = set("a an the and or of for to in on with by from at is are be it this that i me my we you your please can could would "
+_STUB_STOP = set("a an the and or of for to in on with by from at is are be it this that i me my we you your please "
+                 "can could would "
                  "like want need find show get looking some any also which have has under below above over than between".split())
 
 def stub_model_reply(messages) -> str:
@@ -105,15 +107,16 @@ class ToolClient:
 
     def view_product_information(self, product_ids) -> list:
         "Descriptions, option sets and attributes of comma-separated product ids."
-        return self.search("view_product_information", product_ids=_as_id_string(product_ids))[0]
+        return self.search("view_product_information", product_ids=id_string(product_ids))[0]
 
     def get_product_raw(self, product_ids) -> list:
         "Full product records of comma-separated product ids."
-        return self.search("get_product_raw", product_ids=_as_id_string(product_ids))[0]
+        return self.search("get_product_raw", product_ids=id_string(product_ids))[0]
 
     def search(self, tool: str, **params) -> tuple[list, str]:
         "(results, their JSON text) of one search route; None-valued parameters are left out, as a URL would leave them."
-        if tool not in SEARCH_TOOLS: raise ValueError(f"unknown search route {tool!r}; routes: {', '.join(SEARCH_TOOLS)}")
+        if tool not in SEARCH_TOOLS: raise ValueError(f"unknown search route {tool!r}; routes: "
+                                                      f"{', '.join(SEARCH_TOOLS)}")
         self.check_deadline()
         params = {k: v for k, v in params.items() if v is not None}
         out = self._search(tool, params)
@@ -163,7 +166,8 @@ class SearchCache:
         self.misses += 1
         if tool == "find_product":
             p = {k: v for k, v in params.items() if k != "q"}
-            res = self.engine.find_product(params.get("q", ""), **p) if set(p) <= {"page", "shop_id", "price", "sort", "service"} else []
+            res = self.engine.find_product(params.get("q", ""), **p) if set(p) <= {"page", "shop_id", "price", "sort",
+                                                                                   "service"} else []
         else:
             res = getattr(self.engine, tool)(params.get("product_ids", ""))
         got = (res, json.dumps(res, ensure_ascii=False), _result_ids(res))
@@ -175,8 +179,9 @@ class SearchCache:
 class InProcessToolClient(ToolClient):
     """The proxy inside the validator's process (the simulated season): searches answered by the engine (through a
     `SearchCache`), the model simulated, everything logged in `self.log` on a `SimClock`."""
-    def __init__(self, cache: SearchCache, clock, rng: random.Random, log: ProxyLog | None = None, step_cap: int | None = None,
-                 deadline_ms: int | None = None, inference_failure_rate: float = 0.0, model: str = MODEL_NAME):
+    def __init__(self, cache: SearchCache, clock, rng: random.Random, log: ProxyLog | None = None,
+                 step_cap: int | None = None, deadline_ms: int | None = None, inference_failure_rate: float = 0.0,
+                 model: str = MODEL_NAME):
         super().__init__(clock, step_cap, deadline_ms)
         self.cache, self.rng, self.log = cache, rng, log or ProxyLog()
         self.inference_failure_rate, self.model = inference_failure_rate, model
@@ -208,7 +213,8 @@ class InProcessToolClient(ToolClient):
             failed = self.rng.random() < self.inference_failure_rate
             dur = (150 + self.rng.expovariate(1 / 120)) + (0 if failed else 1000 * ct / tokens_per_s)
             self.clock.advance(dur)
-            body = {"model": self.model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0.7}
+            body = {"model": self.model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+                    "temperature": 0.7}
             self.n_calls += 1
             self.inference_total += 1
             if failed:
@@ -220,7 +226,8 @@ class InProcessToolClient(ToolClient):
             usage = {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}
             if reasoning_tokens: usage["completion_tokens_details"] = {"reasoning_tokens": int(reasoning_tokens)}
             resp = {"usage": usage, "model": self.model,
-                    "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": completion}}]}
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": completion}}]}
             self.log.record("inference", "POST", INFERENCE_PATH, t0, dur, 200, None, body, resp)
             return completion
         raise InferenceError(f"the model call failed {retries + 1} times")
@@ -250,7 +257,8 @@ class HttpToolClient(ToolClient):
     def _chat(self, messages, max_tokens, temperature):
         self.n_calls += 1
         self.inference_total += 1
-        res, _ = self._request(INFERENCE_PATH, body={"messages": messages, "max_tokens": max_tokens, "temperature": temperature})
+        res, _ = self._request(INFERENCE_PATH, body={"messages": messages, "max_tokens": max_tokens,
+                                                     "temperature": temperature})
         try: return res["choices"][0]["message"]["content"]
         except (TypeError, KeyError, IndexError):
             self.inference_failures += 1
@@ -275,7 +283,8 @@ def current_client() -> ToolClient:
     global _CURRENT
     if _CURRENT is None:
         url = os.environ.get(TOOL_URL_ENV)
-        if not url: raise RuntimeError(f"no tool client: run the agent through the arena harness (or set ${TOOL_URL_ENV})")
+        if not url: raise RuntimeError(f"no tool client: run the agent through the arena harness (or set "
+                                       f"${TOOL_URL_ENV})")
         _CURRENT = HttpToolClient(url, os.environ.get(TOKEN_ENV, ""))
     return _CURRENT
 
@@ -297,11 +306,12 @@ class ClientEnv(ShoppingEnv):
     def find_product(self, q: str, page: int = 1, shop_id: str | None = None, price: str | None = None,
                      sort: str | None = None, service: str | None = None) -> str:
         "Search the product catalog (see ShoppingEnv.find_product)."
-        return self.client.search("find_product", q=q, page=page, shop_id=shop_id, price=price, sort=sort, service=service)[1]
+        return self.client.search("find_product", q=q, page=page, shop_id=shop_id, price=price, sort=sort,
+                                  service=service)[1]
 
     def view_product_information(self, product_ids: str) -> str:
         "Show products' descriptions, option sets and attributes (see ShoppingEnv.view_product_information)."
-        return self.client.search("view_product_information", product_ids=_as_id_string(product_ids))[1]
+        return self.client.search("view_product_information", product_ids=id_string(product_ids))[1]
 
 
 def episode_env(client: ToolClient | None = None, step_cap: int = 25) -> ClientEnv:

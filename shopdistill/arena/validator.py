@@ -38,22 +38,28 @@ def normalise_steps(out) -> list[dict]:
             comp = s["completion"]
             msg = dict(comp.get("message") or {})
             extra = s.get("extra_info") if isinstance(s.get("extra_info"), dict) else {}
-            msg.update(reasoning_content=comp.get("reasoning_content"), content=comp.get("content"), timestamp=extra.get("timestamp"))
+            msg.update(reasoning_content=comp.get("reasoning_content"), content=comp.get("content"),
+                       timestamp=extra.get("timestamp"))
         elif "name" in s and ("arguments" in s or "parameters" in s):  # the reference agent's step
-            msg = {"think": s.get("think", ""), "tool_call": [{"name": s["name"], "parameters": s.get("arguments", s.get("parameters")),
+            msg = {"think": s.get("think", ""), "tool_call": [{"name": s["name"],
+                                                               "parameters": s.get("arguments", s.get("parameters")),
                                                                "result": s.get("result", "")}]}
         else: msg = s
         calls = msg.get("tool_call") or []
         if isinstance(calls, dict): calls = [calls]
-        if not isinstance(calls, list): raise AgentOutputError(f"step {i}: tool_call is {type(calls).__name__}, expected a list")
+        if not isinstance(calls, list): raise AgentOutputError(f"step {i}: tool_call is {type(calls).__name__}, "
+                                                               f"expected a list")
         norm = []
         for j, c in enumerate(calls):
             if not isinstance(c, dict) or not isinstance(c.get("name"), str):
                 raise AgentOutputError(f"step {i}: tool call {j} is not a dict with a string 'name'")
-            norm.append({"name": c["name"], "parameters": c.get("parameters", c.get("arguments")), "result": _as_text(c.get("result", ""))})
+            norm.append({"name": c["name"], "parameters": c.get("parameters", c.get("arguments")),
+                         "result": _as_text(c.get("result", ""))})
         ts = msg.get("timestamp", s.get("timestamp"))
-        steps.append({"think": _as_text(msg.get("think") or ""), "tool_call": norm, "response": _as_text(msg.get("response") or ""),
-                      "reasoning_content": msg.get("reasoning_content") if isinstance(msg.get("reasoning_content"), str) else "",
+        steps.append({"think": _as_text(msg.get("think") or ""), "tool_call": norm,
+                      "response": _as_text(msg.get("response") or ""),
+                      "reasoning_content": msg.get("reasoning_content") if isinstance(msg.get("reasoning_content"),
+                                                                                      str) else "",
                       "content": msg.get("content") if isinstance(msg.get("content"), str) else None,
                       "timestamp": ts if isinstance(ts, int) and not isinstance(ts, bool) and ts > 0 else None,
                       "proxy_upto": s.get("proxy_upto") if isinstance(s.get("proxy_upto"), int) else None})
@@ -95,7 +101,8 @@ def attribute_calls(steps: list[dict], calls: list[dict]) -> list[list[dict]]:
 
 _HARNESS_TAGS = ("token",)
 
-def build_dialogue(steps: list[dict], calls: list[dict], problem_id: str, query: str, start_ms: int, execution_time: float) -> list:
+def build_dialogue(steps: list[dict], calls: list[dict], problem_id: str, query: str, start_ms: int,
+                   execution_time: float) -> list:
     "SN15 dialogue steps from normalised steps and the proxy log (harness-only tags removed)."
     per = attribute_calls(steps, [{k: v for k, v in c.items() if k not in _HARNESS_TAGS} for c in calls])
     out, last_ts = [], max(1, int(start_ms))
@@ -123,9 +130,9 @@ _CAP = re.compile(r"\b[A-Z][a-zA-Z]{2,}\b")
 
 _WORD = re.compile(r"[a-z]{4,}")
 
-_JSON_WORDS = {"product", "shop", "title", "price", "service", "sold", "count", "official", "freeshipping", "flashsale", "description",
-               "short", "options", "attributes", "null", "true", "false", "error", "recommendation", "recorded", "episode", "terminated",
-               "status", "success", "failure"}
+_JSON_WORDS = {"product", "shop", "title", "price", "service", "sold", "count", "official", "freeshipping", "flashsale",
+               "description", "short", "options", "attributes", "null", "true", "false", "error", "recommendation",
+               "recorded", "episode", "terminated", "status", "success", "failure"}
 
 def completion_tokens(call: dict) -> int:
     "Completion tokens of an inference proxy call (0 for failed calls and searches); read through truncation."
@@ -142,7 +149,8 @@ def judge_view(query: str, dialogue: list | None, proxy_calls: list) -> dict:
     for s in dialogue or []:
         m = s["completion"]["message"]
         steps.append({"think": m["think"][:THINK_CHARS],
-                      "tools": [(c["name"], params_text(c["parameters"]), c["result"][:RESULT_CHARS]) for c in m["tool_call"]]})
+                      "tools": [(c["name"], params_text(c["parameters"]), c["result"][:RESULT_CHARS])
+                                for c in m["tool_call"]]})
     log = [{"kind": c.get("kind"), "path": c.get("path"), "completion_tokens": completion_tokens(c),
             "result_product_ids": list(c.get("result_product_ids") or [])} for c in proxy_calls]
     return {"query": query, "proxy_calls": log, "steps": steps}
@@ -159,7 +167,8 @@ def _add_result_content(res: str, ids: set, words: set, names: set) -> None:
 GATES = (("inference", "no inference call has 30 or more completion tokens"),
          ("refers_to_results", "no thinking step refers to the content of a tool result"),
          ("names_datum", "the thinking names no specific product, price, brand or shop"),
-         ("compares_candidates", "no thinking step weighs two candidates with a reason"))  # in the order the judge walks them
+         # in the order the judge walks them
+         ("compares_candidates", "no thinking step weighs two candidates with a reason"))
 
 def open_gates(think: str, qwords: set, ids: set, words: set, names: set, g: dict) -> None:
     """Open in `g` the gates one thought (cut to THINK_CHARS) passes, given what the judge has seen in earlier tool results:
@@ -175,7 +184,8 @@ def open_gates(think: str, qwords: set, ids: set, words: set, names: set, g: dic
 def gate_verdict(g: dict) -> dict:
     "The verdict of the gates `g`: the first closed gate sets the score, 0.9 when all four are open."
     for k, (gate, why) in enumerate(GATES):
-        if not g[gate]: return {"reasoning_quality": JUDGE_SCORES[k], "explanation": f"gate {k + 1} failed: {why}", "gates": g}
+        if not g[gate]: return {"reasoning_quality": JUDGE_SCORES[k], "explanation": f"gate {k + 1} failed: {why}",
+                                "gates": g}
     return {"reasoning_quality": JUDGE_SCORES[4], "explanation": "all four gates pass", "gates": g}
 
 # %% ../../nbs/02_arena_traces/03_validator.ipynb #6d9c40aa
@@ -194,7 +204,8 @@ def gate_proxy_judge(query: str, dialogue: list | None, proxy_calls: list) -> di
         t = m["think"][:THINK_CHARS]
         if t:
             open_gates(t, qwords, ids, ws, names, g)
-            if g["refers_to_results"] and g["names_datum"] and g["compares_candidates"]: break  # gates only ever open: done
+            # gates only ever open: done
+            if g["refers_to_results"] and g["names_datum"] and g["compares_candidates"]: break
         for c in m["tool_call"]: _add_result_content(c["result"], ids, ws, names)
         if i == 0: ids |= log_ids
     return gate_verdict(g)
@@ -218,7 +229,8 @@ def run_problem(agent_main, problem: dict, client, limits: Limits = Limits()) ->
         try:
             steps = normalise_steps(agent_main(problem_for_agent(problem)))
         except ProblemTimeout:
-            status, error = "TIMED_OUT", {"type": "TimeoutError", "message": f"the agent ran past the {limits.problem_s:g} s problem limit"}
+            status, error = "TIMED_OUT", {"type": "TimeoutError",
+                                          "message": f"the agent ran past the {limits.problem_s:g} s problem limit"}
         except StepLimitExceeded as e:
             status, error = "FAILED", {"type": "StepLimitExceeded", "message": str(e)}
             steps = normalise_steps(list(client.steps))
@@ -228,11 +240,13 @@ def run_problem(agent_main, problem: dict, client, limits: Limits = Limits()) ->
             status, error = "FAILED", {"type": type(e).__name__, "message": (str(e) or repr(e))[:500]}
     end = client.clock.now_ms()
     if status == "SUCCESS" and end > client.deadline_ms:
-        status, error, steps = "TIMED_OUT", {"type": "TimeoutError", "message": f"the agent ran past the {limits.problem_s:g} s problem limit"}, None
+        status, error, steps = "TIMED_OUT", {"type": "TimeoutError",
+                                             "message": f"the agent ran past the {limits.problem_s:g} s problem limit"}, None
     exec_s = min(end - start, limits.problem_s * 1000) / 1000
     calls = client.calls
     dialogue = build_dialogue(steps, calls, problem["id"], problem["query"], start, exec_s) if steps is not None else None
-    env = make_envelope(problem["id"], status, exec_s, client.inference_total, client.inference_failures, error, dialogue)
+    env = make_envelope(problem["id"], status, exec_s, client.inference_total, client.inference_failures, error,
+                        dialogue)
     return env, calls
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 from .files import sha256_file
 
 # %% ../../nbs/core/06_provenance.ipynb #e45bd319
-VECTOR_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+VECTOR_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+                "amx_tile", "amx_bf16", "amx_int8")
 
 
 def _cpuinfo(text: str) -> tuple[str | None, list[str]]:
@@ -49,12 +50,14 @@ def folder_hashes(folders: dict, skip=()) -> dict:
     for label, folder in folders.items():
         folder = Path(folder)
         for p in sorted(folder.rglob("*")) if folder.is_dir() else []:
-            if p.is_file() and p.absolute() not in skip: out[f"{label}/{p.relative_to(folder).as_posix()}"] = sha256_file(p)
+            if p.is_file() and p.absolute() not in skip:
+                out[f"{label}/{p.relative_to(folder).as_posix()}"] = sha256_file(p)
     return dict(sorted(out.items()))
 
 
 def changed_files(recorded: dict, current: dict) -> list[str]:
     "One line for each file whose bytes differ from the record, that the record lacks, or that is missing."
-    out = [f"{k}: changed since the reproduction wrote it" for k in recorded if k in current and current[k] != recorded[k]]
+    out = [f"{k}: changed since the reproduction wrote it" for k in recorded if k in current
+           and current[k] != recorded[k]]
     out += [f"{k}: missing" for k in recorded if k not in current]
     return out + [f"{k}: not written by the recorded reproduction" for k in current if k not in recorded]

@@ -19,11 +19,11 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from itertools import islice
 from pathlib import Path
-from ..arena.rules import ClusterSettings
+from ..mechanics.rules import ClusterSettings
 from ..core.ledger import InputError
 from ..core.run import CorpusFolder, Run, TrajectoriesFolder
 from ..core.settings import ConfigError
-from .axes import _tokens
+from .axes import call_tokens
 from .card import dataset_card
 from .chat import render_chat
 from .checks import FilterSettings
@@ -51,22 +51,27 @@ class CorpusSettings:
     license: str = "Apache-2.0"  # the smoke corpus is synthetic; real SN15 traces carry their own terms (set it)
 
 # %% ../../nbs/04_structural_filter/09_build.ipynb #0b2e1c11
-META_COLUMNS = {"trace_id": "string", "hotkey": "string", "uid": "int64", "agent_version_id": "string", "race_id": "string", "phase": "string",
-                "day": "int64", "status": "string", "success": "bool", "judge_quality": "float64", "score": "float64", "depth": "int64",
-                "reformulations": "int64", "verification": "float64", "repeats": "int64", "axis": "string", "evidence": "string",
-                "authored_share": "float64", "cluster": "int64", "n_tokens": "int64", "turns": "int64", "calls": "int64", "recommended": "string",
-                "format": "string", "source_file": "string", "source_line": "int64", "split": "string"}
+META_COLUMNS = {"trace_id": "string", "hotkey": "string", "uid": "int64", "agent_version_id": "string",
+                "race_id": "string", "phase": "string", "day": "int64", "status": "string", "success": "bool",
+                "judge_quality": "float64", "score": "float64", "depth": "int64", "reformulations": "int64",
+                "verification": "float64", "repeats": "int64", "axis": "string", "evidence": "string",
+                "authored_share": "float64", "cluster": "int64", "n_tokens": "int64", "turns": "int64",
+                "calls": "int64", "recommended": "string", "format": "string", "source_file": "string",
+                "source_line": "int64", "split": "string"}
 
 def arrow_schemas():
     "(corpus schema, per-step schema) as Arrow types: messages exactly as `to_arrow_row` writes them, metadata columns typed."
     import pyarrow as pa
     s = pa.string()
     call = pa.struct([("id", s), ("type", s), ("function", pa.struct([("name", s), ("arguments", s)]))])
-    message = pa.struct([("role", s), ("content", s), ("reasoning_content", s), ("tool_calls", pa.list_(call)), ("tool_call_id", s), ("name", s)])
-    main = pa.schema([("trajectory_id", s), ("problem_id", s), ("query", s), ("category", s), ("messages", pa.list_(message)), ("tools", s),
+    message = pa.struct([("role", s), ("content", s), ("reasoning_content", s), ("tool_calls", pa.list_(call)),
+                         ("tool_call_id", s), ("name", s)])
+    main = pa.schema([("trajectory_id", s), ("problem_id", s), ("query", s), ("category", s),
+                      ("messages", pa.list_(message)), ("tools", s),
                       ("meta", s)] + [(k, pa.type_for_alias(t)) for k, t in META_COLUMNS.items()])
-    steps = pa.schema([("trajectory_id", s), ("problem_id", s), ("query", s), ("category", s), ("split", s), ("cluster", pa.int64()),
-                       ("turn", pa.int64()), ("turns", pa.int64()), ("prompt", pa.list_(message)), ("teacher_action", message), ("tools", s)])
+    steps = pa.schema([("trajectory_id", s), ("problem_id", s), ("query", s), ("category", s), ("split", s),
+                       ("cluster", pa.int64()), ("turn", pa.int64()), ("turns", pa.int64()),
+                       ("prompt", pa.list_(message)), ("teacher_action", message), ("tools", s)])
     return main, steps
 
 
@@ -80,7 +85,7 @@ def _typed(v, kind: str):
 def slim_meta(meta: dict) -> dict:
     "`meta` with each step's proxy log reduced to kind, route, status and completion tokens per request."
     steps = [{**{k: v for k, v in s.items() if k != "proxy_calls"},
-              "proxy_calls": [{"kind": c.get("kind"), "path": c.get("path"), "status_code": c.get("status_code"), "completion_tokens": _tokens(c)}
+              "proxy_calls": [{"kind": c.get("kind"), "path": c.get("path"), "status_code": c.get("status_code"), "completion_tokens": call_tokens(c)}
                               for c in (s.get("proxy_calls") or []) if isinstance(c, dict)]} for s in meta["steps"]]
     return {**meta, "steps": steps}
 
@@ -125,7 +130,8 @@ class ShardScan:
                              f"(candidates {self.dst.name}): {type(e).__name__}: {e}") from e
         r["candidate"] = None
         if passes_checks(r, s):
-            self.sigs[r["trajectory_id"]] = minhash_signature(assistant_shingles(traj, s.near_ngram), s.num_perm, s.minhash_seed)
+            self.sigs[r["trajectory_id"]] = minhash_signature(assistant_shingles(traj, s.near_ngram), s.num_perm,
+                                                              s.minhash_seed)
         if r["n_tokens"] is not None:  # it might be kept (see might_keep)
             self.out.write(shard_line({**traj, "meta": slim_meta(traj["meta"])}, fast))
             r["candidate"] = f"{self.dst.name}:{self.n}"
@@ -234,7 +240,8 @@ def check_problems(path) -> dict:
     if not Path(path).is_file(): raise InputError(path, "no problems file here (--problems)")
     try: bank = load_bank(path)
     except InputError: raise
-    except Exception as e: raise InputError(path, f"cannot read it as a bank or task file: {type(e).__name__}: {e}") from None
+    except Exception as e: raise InputError(path,
+                                            f"cannot read it as a bank or task file: {type(e).__name__}: {e}") from None
     if not bank: raise InputError(path, "holds no problems (a bank or task file: one JSON object with an id per line)")
     return bank
 
@@ -253,10 +260,10 @@ def _relative(path, root: Path) -> str | None:
 def _counts(d: dict) -> str: return ", ".join(f"{k} {v:,}" for k, v in d.items() if v) or "none"
 
 
-def build_corpus(run: Run, filtering: FilterSettings, corpus: CorpusSettings, normalise: NormaliseSettings, judge: JudgeSettings,
-                 clusters: ClusterSettings, catalog: CatalogSettings, traces=None, out_dir=None, trajectories_dir=None,
-                 problems="auto", catalog_file=None, judge_backend=None, workers: int | None = None, progress: bool = True,
-                 reuse: bool = True) -> dict:
+def build_corpus(run: Run, filtering: FilterSettings, corpus: CorpusSettings, normalise: NormaliseSettings,
+                 judge: JudgeSettings, clusters: ClusterSettings, catalog: CatalogSettings, traces=None, out_dir=None,
+                 trajectories_dir=None, problems="auto", catalog_file=None, judge_backend=None,
+                 workers: int | None = None, progress: bool = True, reuse: bool = True) -> dict:
     """Trace files (`traces`: a glob, folder, file or list; or None to use the trajectories already in `trajectories_dir`)
     -> chapter 03 (normalise + judge, sections `normalise` and `judge`) -> chapter 04's stages (`filtering`: section
     `filter`) -> a train / eval corpus (`corpus`) split by chapter 00's leak `clusters`, in `out_dir` (default
@@ -267,27 +274,31 @@ def build_corpus(run: Run, filtering: FilterSettings, corpus: CorpusSettings, no
     out = CorpusFolder(Path(out_dir)) if out_dir else run.corpus()
     fresh = not out.summary.is_file()
     sections = (filtering, corpus, normalise, judge, clusters)
-    known = lambda: catalog_ids(catalog_file if catalog_file is not None else filtering.catalog, profile_catalog(run, catalog))
-    try: return _build_corpus(run, sections, known, traces, out, trajectories_dir, problems, catalog_file, judge_backend, workers, progress, reuse)
+    known = lambda: catalog_ids(catalog_file if catalog_file is not None else filtering.catalog,
+                                profile_catalog(run, catalog))
+    try: return _build_corpus(run, sections, known, traces, out, trajectories_dir, problems, catalog_file,
+                              judge_backend, workers, progress, reuse)
     except BaseException:  # no half-built corpus: the candidates of a failed build are never read again
         shutil.rmtree(out.work, ignore_errors=True)
         if fresh: shutil.rmtree(out.tokenizer, ignore_errors=True)
         raise
 
 # %% ../../nbs/04_structural_filter/09_build.ipynb #82867d0e
-def _trajectories(traces, traj_dir: Path, riding: RidingScan, ns: NormaliseSettings, js: JudgeSettings, problems, judge_backend,
-                  workers, progress: bool) -> dict:
+def _trajectories(traces, traj_dir: Path, riding: RidingScan, ns: NormaliseSettings, js: JudgeSettings, problems,
+                  judge_backend, workers, progress: bool) -> dict:
     "Chapter 03's summary: trace files normalised and judged now (the scan riding along), or the trajectories already in `traj_dir`."
     if traces is not None:
-        return normalise_traces(traces, traj_dir, judge=judge_backend or js.backend, workers=workers or ns.workers, format=ns.format,
-                                problems=ns.problems if problems == "auto" else problems, max_record_bytes=ns.max_record_bytes,
-                                compresslevel=ns.compresslevel, judge_settings=js, progress=progress, scan=riding)
+        return normalise_traces(traces, traj_dir, judge=judge_backend or js.backend, workers=workers or ns.workers,
+                                format=ns.format, problems=ns.problems if problems == "auto" else problems,
+                                max_record_bytes=ns.max_record_bytes, compresslevel=ns.compresslevel, judge_settings=js,
+                                progress=progress, scan=riding)
     summary = TrajectoriesFolder(traj_dir).summary
     if not summary.is_file(): raise FileNotFoundError(f"no trajectories in {traj_dir} (no summary.json): give trace files")
     return json.loads(summary.read_text())
 
 
-def _scan_shards(traj_dir: Path, out: CorpusFolder, fs: FilterSettings, known_ids, workers: int, progress: bool) -> tuple:
+def _scan_shards(traj_dir: Path, out: CorpusFolder, fs: FilterSettings, known_ids, workers: int,
+                 progress: bool) -> tuple:
     "(tokenizer folder, catalog ids, feature frames, signatures) of the shards already in `traj_dir`, scanned by worker processes."
     from tqdm.auto import tqdm
     shards = sorted(traj_dir.glob("shard-*.jsonl.gz"))
@@ -295,7 +306,8 @@ def _scan_shards(traj_dir: Path, out: CorpusFolder, fs: FilterSettings, known_id
     known = known_ids()
     jobs = [(str(p), str(out.work / f"candidates-{p.name}")) for p in shards]
     frames, sigs = [], {}
-    for r, g in tqdm(_pool_map(scan_shard, jobs, workers, (fs, known, fs.tokenizer, tok_dir)), total=len(jobs), unit="shard", desc="filter", disable=not progress):
+    for r, g in tqdm(_pool_map(scan_shard, jobs, workers, (fs, known, fs.tokenizer, tok_dir)), total=len(jobs),
+                     unit="shard", desc="filter", disable=not progress):
         frames.append(r); sigs.update(g)
     return tok_dir, known, frames, sigs
 
@@ -309,13 +321,14 @@ def _write_records(out: CorpusFolder, df, result: dict, fun: dict, summary: dict
                    "cluster": int(result["cluster_of"][p["id"]]), "split": split_of.get(result["cluster_of"][p["id"]])}
                   for p in result["problem_list"]]).to_parquet(out.problems, index=False)
     out.funnel.write_text(json.dumps(fun, indent=1))
-    out.audits.write_text(json.dumps({"audit": result["audit"], "ngram": result["ngram"], "ngram_rows": result["ngram_rows"]}, indent=1))
+    out.audits.write_text(json.dumps({"audit": result["audit"], "ngram": result["ngram"],
+                                      "ngram_rows": result["ngram_rows"]}, indent=1))
     out.card.write_text(dataset_card(summary, kept))
     out.summary.write_text(json.dumps(summary, indent=1, sort_keys=True, default=str))
 
 # %% ../../nbs/04_structural_filter/09_build.ipynb #f1ac4621
-def _build_corpus(run, sections, known_ids, traces, out: CorpusFolder, trajectories_dir, problems, catalog_file, judge_backend,
-                  workers, progress, reuse) -> dict:
+def _build_corpus(run, sections, known_ids, traces, out: CorpusFolder, trajectories_dir, problems, catalog_file,
+                  judge_backend, workers, progress, reuse) -> dict:
     import pandas as pd
     t0 = time.time()
     fs, cs, ns, js, clusters = sections
@@ -331,7 +344,8 @@ def _build_corpus(run, sections, known_ids, traces, out: CorpusFolder, trajector
     inputs = [f["file"] for f in norm["files"]]
     bank_path = problems_source(inputs, problems) if problems not in (None, "none") else None
     bank_path = Path(bank_path) if bank_path is not None else None
-    fp = hashlib.sha1(json.dumps([norm["fingerprint"], asdict(fs), asdict(cs), asdict(clusters), str(catalog_file), str(bank_path), CORPUS_VERSION],
+    fp = hashlib.sha1(json.dumps([norm["fingerprint"], asdict(fs), asdict(cs), asdict(clusters), str(catalog_file),
+                                  str(bank_path), CORPUS_VERSION],
                                  sort_keys=True, default=str).encode()).hexdigest()[:16]
     if reuse and out.summary.is_file():
         old = json.loads(out.summary.read_text())
@@ -356,11 +370,16 @@ def _build_corpus(run, sections, known_ids, traces, out: CorpusFolder, trajector
     paths = write_corpus(kept, out, cs)
     fun = funnel(df, inputs=norm["inputs"])["all"].to_dict()
     fun.update({"train": int((kept["split"] == "train").sum()), "eval": int((kept["split"] == "eval").sum())})
-    summary = {"profile": run.profile, "out_dir": str(out.path), "trajectories_dir": str(traj_dir), "fingerprint": fp, "inputs": norm["inputs"],
-               "trajectories": len(df), "funnel": fun, "splits": {k: int(v) for k, v in kept["split"].value_counts().items()},
-               "problems": {"present": result["problems"], "in_corpus": int(kept["problem_id"].nunique()), "clusters": result["clusters"]},
-               "audit": result["audit"], "ngram": result["ngram"], "axis": {k: int(v) for k, v in df["axis"].value_counts().items()},
-               "tokenizer": load_counter(fs.tokenizer, tok_dir).describe(), "bank": str(bank_path) if bank_path else None,
+    summary = {"profile": run.profile, "out_dir": str(out.path), "trajectories_dir": str(traj_dir), "fingerprint": fp,
+               "inputs": norm["inputs"],
+               "trajectories": len(df), "funnel": fun,
+               "splits": {k: int(v) for k, v in kept["split"].value_counts().items()},
+               "problems": {"present": result["problems"], "in_corpus": int(kept["problem_id"].nunique()),
+                            "clusters": result["clusters"]},
+               "audit": result["audit"], "ngram": result["ngram"],
+               "axis": {k: int(v) for k, v in df["axis"].value_counts().items()},
+               "tokenizer": load_counter(fs.tokenizer, tok_dir).describe(),
+               "bank": str(bank_path) if bank_path else None,
                "catalog_ids": len(known) if known else None, "settings": {"filter": asdict(fs), "corpus": asdict(cs), "clusters": asdict(clusters)},
                "paths": paths, "seconds": {"normalise": round(t_norm, 2), "scan": round(t_scan, 2), "total": round(time.time() - t0, 2)}}
     _write_records(out, df, result, fun, summary, kept)
@@ -384,12 +403,38 @@ def split_corpus(df, bank: dict, cluster_settings, cs: CorpusSettings) -> dict:
     split = split_clusters(Counter(kept["cluster"]), cs.eval_fraction, cs.seed, names)
     kept["split"] = [split[c] for c in kept["cluster"]]
     audit = split_audit(kept.to_dict("records"), bank)
-    ov = ngram_overlap(list(kept.loc[kept["split"] == "train", "query"]), list(kept.loc[kept["split"] == "eval", "query"]), cs.ngram)
+    ov = ngram_overlap(list(kept.loc[kept["split"] == "train", "query"]),
+                       list(kept.loc[kept["split"] == "eval", "query"]), cs.ngram)
     flagged = ov[ov["containment"] >= cs.overlap_flag]
-    ngram = {"n": cs.ngram, "eval_queries": len(ov), "mean_containment": round(float(ov["containment"].mean()), 4) if len(ov) else 0.0,
-             "max_containment": round(float(ov["containment"].max()), 4) if len(ov) else 0.0, "flagged": len(flagged), "flag_at": cs.overlap_flag}
-    return {"kept": kept, "audit": audit, "ngram": ngram, "ngram_rows": flagged.to_dict("records"), "problems": len(probs), "problem_list": probs,
-            "clusters": len(set(cl.values())), "cluster_of": cl}
+    ngram = {"n": cs.ngram, "eval_queries": len(ov),
+             "mean_containment": round(float(ov["containment"].mean()), 4) if len(ov) else 0.0,
+             "max_containment": round(float(ov["containment"].max()), 4) if len(ov) else 0.0, "flagged": len(flagged),
+             "flag_at": cs.overlap_flag}
+    return {"kept": kept, "audit": audit, "ngram": ngram, "ngram_rows": flagged.to_dict("records"),
+            "problems": len(probs), "problem_list": probs, "clusters": len(set(cl.values())), "cluster_of": cl}
+
+# %% ../../nbs/04_structural_filter/09_build.ipynb #0614cd3a
+class _Batches:
+    "Rows appended to one parquet file in record batches of a fixed schema (memory: one batch)."
+    def __init__(self, path: Path, schema, size: int = 256):
+        self.path, self.schema, self.size, self.buf, self.rows, self.writer = Path(path), schema, size, [], 0, None
+
+    def add(self, rows: list):
+        self.buf += rows
+        if len(self.buf) >= self.size: self.flush()
+
+    def flush(self):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        if not self.buf: return
+        if self.writer is None: self.writer = pq.ParquetWriter(str(self.path), self.schema)
+        self.writer.write_table(pa.Table.from_pylist(self.buf, schema=self.schema))
+        self.rows += len(self.buf)
+        self.buf = []
+
+    def close(self):
+        self.flush()
+        if self.writer is not None: self.writer.close()
 
 # %% ../../nbs/04_structural_filter/09_build.ipynb #54e3a44c
 def write_corpus(kept, out: CorpusFolder, cs: CorpusSettings) -> dict:
@@ -427,26 +472,3 @@ def _write_corpus(kept, out: CorpusFolder, cs: CorpusSettings) -> dict:
         d.save_to_disk(str(getattr(out, name)))
         paths[name] = str(getattr(out, name))
     return paths
-
-# %% ../../nbs/04_structural_filter/09_build.ipynb #0614cd3a
-class _Batches:
-    "Rows appended to one parquet file in record batches of a fixed schema (memory: one batch)."
-    def __init__(self, path: Path, schema, size: int = 256):
-        self.path, self.schema, self.size, self.buf, self.rows, self.writer = Path(path), schema, size, [], 0, None
-
-    def add(self, rows: list):
-        self.buf += rows
-        if len(self.buf) >= self.size: self.flush()
-
-    def flush(self):
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-        if not self.buf: return
-        if self.writer is None: self.writer = pq.ParquetWriter(str(self.path), self.schema)
-        self.writer.write_table(pa.Table.from_pylist(self.buf, schema=self.schema))
-        self.rows += len(self.buf)
-        self.buf = []
-
-    def close(self):
-        self.flush()
-        if self.writer is not None: self.writer.close()

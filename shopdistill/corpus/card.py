@@ -13,24 +13,34 @@ from ..core.run import CorpusFolder
 COLUMN_DOCS = {
     "trajectory_id": "stable id of the trajectory (chapter 03: source file name, record number, record bytes)",
     "problem_id": "the arena's problem id", "query": "the shopper's request", "category": "product, shop or voucher",
-    "messages": "OpenAI-style conversation; every message has role, content, reasoning_content, tool_calls, tool_call_id, name; tool-call arguments are JSON text",
-    "tools": "the tool schemas as JSON text (decode with json.loads)", "meta": "everything else about the record as JSON text (chapter 03's meta, proxy log slimmed)",
-    "trace_id": "the arena's trace id", "hotkey": "miner hotkey", "uid": "miner uid", "agent_version_id": "agent version", "race_id": "race",
-    "phase": "qualifying or race", "day": "season day", "status": "SUCCESS, FAILED or TIMED_OUT", "success": "the validator's outcome (production_strict)",
-    "judge_quality": "reasoning judge score (0.1-0.9)", "score": "structural score in [0, 1]", "depth": "assistant turns that think and call a tool",
-    "reformulations": "distinct search queries after the first", "verification": "share of recommended ids inspected before recommending",
-    "repeats": "tool calls that repeat an earlier call exactly", "axis": "A (the model emits the tool calls); every row is A",
-    "evidence": "proxy_log or text: what the Axis classification read", "authored_share": "share of action turns written by a model call",
-    "cluster": "leak-cluster id (the unit of the split)", "n_tokens": "tokens of the rendered conversation (tokenizer below)",
-    "turns": "assistant turns", "calls": "tool calls", "recommended": "the recommended product ids", "format": "source format",
+    "messages": "OpenAI-style conversation; every message has role, content, reasoning_content, tool_calls, "
+                "tool_call_id, name; tool-call arguments are JSON text",
+    "tools": "the tool schemas as JSON text (decode with json.loads)",
+               "meta": "everything else about the record as JSON text (chapter 03's meta, proxy log slimmed)",
+    "trace_id": "the arena's trace id", "hotkey": "miner hotkey", "uid": "miner uid",
+               "agent_version_id": "agent version", "race_id": "race",
+    "phase": "qualifying or race", "day": "season day", "status": "SUCCESS, FAILED or TIMED_OUT",
+               "success": "the validator's outcome (production_strict)",
+    "judge_quality": "reasoning judge score (0.1-0.9)", "score": "structural score in [0, 1]",
+               "depth": "assistant turns that think and call a tool",
+    "reformulations": "distinct search queries after the first",
+               "verification": "share of recommended ids inspected before recommending",
+    "repeats": "tool calls that repeat an earlier call exactly",
+               "axis": "A (the model emits the tool calls); every row is A",
+    "evidence": "proxy_log or text: what the Axis classification read",
+               "authored_share": "share of action turns written by a model call",
+    "cluster": "leak-cluster id (the unit of the split)",
+               "n_tokens": "tokens of the rendered conversation (tokenizer below)",
+    "turns": "assistant turns", "calls": "tool calls", "recommended": "the recommended product ids",
+               "format": "source format",
     "source_file": "source file", "source_line": "record number in the source file", "split": "train or eval"}
 
 def _md_table(d: dict, head=("", "")) -> str:
     return "\n".join([f"| {head[0]} | {head[1]} |", "|---|---|"] + [f"| {k} | {v} |" for k, v in d.items()])
 
 
-SIZE_CATEGORIES = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"), (10_000_000, "1M<n<10M"),
-                   (100_000_000, "10M<n<100M"), (1_000_000_000, "100M<n<1B"))
+SIZE_CATEGORIES = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
+                   (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M"), (1_000_000_000, "100M<n<1B"))
 
 PAPER_TITLE = "Bittensor Agent Arenas as a Trajectory Primitive: Distilling a Shopping Agent from ShoppingBench Subnet Traces"
 
@@ -46,10 +56,13 @@ def card_data(summary: dict):
     from huggingface_hub import DatasetCardData
     c = summary["settings"]["corpus"]
     splits = [x for x in ("train", "eval") if x in summary["splits"]]
-    configs = [{"config_name": "default", "data_files": [{"split": x, "path": CorpusFolder(Path()).split_file(x).as_posix()} for x in splits]}]
+    configs = [{"config_name": "default",
+                "data_files": [{"split": x, "path": CorpusFolder(Path()).split_file(x).as_posix()} for x in splits]}]
     if c["per_step"]: configs.append({"config_name": "steps", "data_files": [{"split": x, "path": CorpusFolder(Path()).split_file(x, "steps").as_posix()} for x in splits]})
-    return DatasetCardData(license=c["license"].lower(), language=["en"], size_categories=[size_category(sum(summary["splits"].values()))],
-                           task_categories=["text-generation"], pretty_name=c["name"], tags=["tool-use", "agents", "shopping", "sft"], configs=configs)
+    return DatasetCardData(license=c["license"].lower(), language=["en"],
+                           size_categories=[size_category(sum(summary["splits"].values()))],
+                           task_categories=["text-generation"], pretty_name=c["name"],
+                           tags=["tool-use", "agents", "shopping", "sft"], configs=configs)
 
 # %% ../../nbs/04_structural_filter/08_dataset_card.ipynb #11855c91
 def _card_intro(s: dict) -> str:

@@ -16,7 +16,8 @@ from pathlib import Path
 def qwen3_template_text() -> str:
     "TRL's Qwen3 chat template (`trl.chat_template_utils.qwen3_chat_template`), read from the file TRL loads it from."
     spec = importlib.util.find_spec("trl")
-    if spec is None or not spec.submodule_search_locations: raise ModuleNotFoundError("the Qwen3 chat template comes from trl; install trl")
+    if spec is None or not spec.submodule_search_locations: raise ModuleNotFoundError("the Qwen3 chat template comes "
+                                                                                      "from trl; install trl")
     return (Path(list(spec.submodule_search_locations)[0]) / "chat_templates" / "qwen3.jinja").read_text(encoding="utf-8")
 
 
@@ -37,7 +38,8 @@ def _compiled_template(text: str):
     return env.from_string(text)
 
 
-def render_chat(messages: list, tools: list | None = None, template: str | None = None, add_generation_prompt: bool = False) -> str:
+def render_chat(messages: list, tools: list | None = None, template: str | None = None,
+                add_generation_prompt: bool = False) -> str:
     "The conversation as the model sees it: Qwen3's chat template (or `template`) over `messages` and `tools`."
     return _compiled_template(template or qwen3_template_text()).render(messages=messages, tools=tools or None,
                                                                       add_generation_prompt=add_generation_prompt)

@@ -38,7 +38,8 @@ class FilterSettings:
     num_perm: int = 128
     minhash_seed: int = 1
     # structural ranking
-    weights: dict[str, float] = field(default_factory=lambda: {"depth": 0.3, "reformulation": 0.2, "verification": 0.3, "regularity": 0.2})
+    weights: dict[str, float] = field(default_factory=lambda: {"depth": 0.3, "reformulation": 0.2, "verification": 0.3,
+                                                               "regularity": 0.2})
     depth_cap: int = 6  # think + tool-call turns that earn the full depth score
     reformulation_cap: int = 2  # search reformulations that earn the full score
     min_score: float = 0.0  # structural score below which a trace is dropped (0: ranking only)
@@ -56,7 +57,8 @@ SN15_FORMATS = ("sn15_envelope", "sn15_dialogue")  # the formats that carry SN15
 
 def _inference(tokens: int) -> dict:
     "A successful proxy log entry of one model call with `tokens` completion tokens."
-    return {"kind": "inference", "path": INFERENCE_PATH, "status_code": 200, "response": {"usage": {"completion_tokens": int(tokens)}}}
+    return {"kind": "inference", "path": INFERENCE_PATH, "status_code": 200,
+            "response": {"usage": {"completion_tokens": int(tokens)}}}
 
 
 def turn_text(m: dict) -> str:
@@ -65,8 +67,9 @@ def turn_text(m: dict) -> str:
     return m["reasoning_content"] + m["content"] + (json.dumps(calls, ensure_ascii=False) if calls else "")
 
 
-def toy_trajectory(query: str, turns: list, problem_id: str | None = "p0", proxy: list | None = None, fmt: str = "sn15_envelope",
-                   quality: float | None = 0.9, hotkey: str = "5Toy", line: int = 1, success: bool | None = True, **meta) -> dict:
+def toy_trajectory(query: str, turns: list, problem_id: str | None = "p0", proxy: list | None = None,
+                   fmt: str = "sn15_envelope", quality: float | None = 0.9, hotkey: str = "5Toy", line: int = 1,
+                   success: bool | None = True, **meta) -> dict:
     """A canonical trajectory from compact turns `(thinking, [(tool, arguments, result or None), ...], response)`, for
     examples and tests. `proxy[k]` lists the completion-token counts of the model calls made before turn k (default: one
     call covering the turn); searches are logged for every call. Extra keyword arguments go to `meta`."""
@@ -94,8 +97,10 @@ TOY_HITS = '[{"product_id": "1000000001", "title": "Black cotton shirt", "price"
 
 TOY_TURNS = [("Search for the shirt.", [("find_product", {"q": "black cotton shirt"}, TOY_HITS)], ""),
              ("Two candidates; 1000000001 is black and cotton, 1000000002 is grey. Check the first.",
-              [("view_product_information", {"product_ids": "1000000001"}, '[{"product_id": "1000000001", "color": "black"}]')], ""),
-             ("It is black cotton at 250 PHP: recommend it.", [("recommend_product", {"product_ids": "1000000001"}, "Recommendation recorded.")], ""),
+              [("view_product_information", {"product_ids": "1000000001"},
+                '[{"product_id": "1000000001", "color": "black"}]')], ""),
+             ("It is black cotton at 250 PHP: recommend it.",
+              [("recommend_product", {"product_ids": "1000000001"}, "Recommendation recorded.")], ""),
              ("Done.", [("terminate", {"status": "success"}, None)], "I recommend 1000000001.")]  # the turns of a trace every stage keeps
 
 # %% ../../nbs/04_structural_filter/00_checks.ipynb #7fb7702e
@@ -156,7 +161,8 @@ def format_problems(traj: dict) -> list[str]:
         for c in m["tool_calls"]:
             name = c["function"]["name"]
             if name not in schemas: out.append(f"message {k}: unknown tool {name}")
-            else: out += [f"message {k}: {name}: {p}" for p in argument_problems(c["function"]["arguments"], schemas[name])]
+            else: out += [f"message {k}: {name}: {p}" for p in argument_problems(c["function"]["arguments"],
+                                                                                 schemas[name])]
     return list(dict.fromkeys(out))
 
 # %% ../../nbs/04_structural_filter/00_checks.ipynb #e5ebe8b0

@@ -11,7 +11,7 @@ import numpy as np
 import re
 import zlib
 from functools import lru_cache
-from .ranking import _SORTED_ASCII_JSON, _call_key
+from .ranking import sorted_ascii_json, call_key
 
 # %% ../../nbs/04_structural_filter/05_dedup.ipynb #ed1ac7be
 def _norm(s: str) -> str: return " ".join(s.split())
@@ -24,7 +24,7 @@ def exact_key(traj: dict) -> str:
         if m["role"] == "tool": parts = ["tool", m["name"], m["content"]]  # the sandbox's own text, hashed as it is
         else: parts = [m["role"], _norm(m["content"])]
         if m["role"] == "assistant":
-            parts += [_norm(m["reasoning_content"])] + [_call_key(c) for c in m["tool_calls"]]
+            parts += [_norm(m["reasoning_content"])] + [call_key(c) for c in m["tool_calls"]]
         h.update("\x1f".join(parts).encode("utf-8", "surrogatepass") + b"\x1e")
     return h.hexdigest()[:20]
 
@@ -37,7 +37,7 @@ def assistant_shingles(traj: dict, n: int = 5) -> list[bytes]:
     for m in traj["messages"]:
         if m["role"] != "assistant": continue
         words += _WORDS((m["reasoning_content"] + " " + m["content"]).lower())
-        for c in m["tool_calls"]: words += [c["function"]["name"]] + _WORDS(_SORTED_ASCII_JSON(c["function"]["arguments"]).lower())
+        for c in m["tool_calls"]: words += [c["function"]["name"]] + _WORDS(sorted_ascii_json(c["function"]["arguments"]).lower())
     if len(words) <= n: return [" ".join(words).encode()]
     return list({" ".join(g).encode() for g in zip(*(words[i:] for i in range(n)))})  # every run of n consecutive words
 
@@ -60,7 +60,8 @@ def minhash_signature(shingles: list[bytes], num_perm: int = 128, seed: int = 1)
     return m.hashvalues.copy()
 
 # %% ../../nbs/04_structural_filter/05_dedup.ipynb #9721f14b
-def near_duplicates(keys: list, signatures: list, threshold: float = 0.85, num_perm: int = 128, similarity: dict | None = None) -> dict:
+def near_duplicates(keys: list, signatures: list, threshold: float = 0.85, num_perm: int = 128,
+                    similarity: dict | None = None) -> dict:
     """{key: the key it duplicates} for signatures visited in the given order (best first): a trace whose estimated
     Jaccard similarity with an earlier kept trace reaches `threshold` is a near duplicate of it (a threshold above 1: none).
     `similarity`, when given, receives each key's highest estimated similarity to an earlier kept trace (0 if none was proposed)."""

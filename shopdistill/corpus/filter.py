@@ -15,8 +15,8 @@ from .ranking import structural_score, structure_signals
 from .tokens import TokenCounter
 
 # %% ../../nbs/04_structural_filter/06_filter.ipynb #b1f29422
-STAGES = ("reasoning_gate", "format", "unpaired", "think_then_stop", "recommend_count", "recommend_arguments", "structural_score",
-          "exact_duplicate", "near_duplicate", "axis_b", "over_budget", "problem_cap")
+STAGES = ("reasoning_gate", "format", "unpaired", "think_then_stop", "recommend_count", "recommend_arguments",
+          "structural_score", "exact_duplicate", "near_duplicate", "axis_b", "over_budget", "problem_cap")
 
 def passes_checks(row: dict, s: FilterSettings) -> bool:
     "Does a row pass every per-trajectory check before deduplication (its own judge score, format, four rejects, score floor)?"
@@ -41,28 +41,32 @@ def trajectory_features(traj: dict, s: FilterSettings, known_ids=None, counter: 
     ids = recommended_ids(recs[0]) if len(recs) == 1 else None
     sig, st = axis_signals(traj, s.cover_ratio, s.tiny_tokens), structure_signals(traj)
     miner = m.get("miner") or {}
-    row = {"trajectory_id": traj["trajectory_id"], "trace_id": m.get("trace_id"), "problem_id": traj["problem_id"], "query": traj["query"],
-           "category": traj["category"], "hotkey": miner.get("hotkey"), "uid": miner.get("uid"), "agent_version_id": m.get("agent_version_id"),
-           "race_id": m.get("race_id"), "phase": m.get("phase"), "day": m.get("day"), "status": m.get("status"),
-           "success": (m.get("scores") or {}).get("success"), "format": m["source"]["format"], "source_file": m["source"]["file"],
-           "source_line": m["source"]["line"], "judge_quality": quality, "format_problems": len(fmt), "format_first": fmt[0] if fmt else None,
-           "unpaired": bool(pairing), "think_then_stop": stop, "recommend_calls": len(recs), "recommend_problems": len(rec_problems),
-           "recommended": ",".join(ids) if ids else None, **sig, "templates": thinking_templates(traj), **st,
-           "score": structural_score(st, s), "exact_key": exact_key(traj), "turns": sum(x["role"] == "assistant" for x in traj["messages"])}
+    row = {"trajectory_id": traj["trajectory_id"], "trace_id": m.get("trace_id"), "problem_id": traj["problem_id"],
+           "query": traj["query"], "category": traj["category"], "hotkey": miner.get("hotkey"), "uid": miner.get("uid"),
+           "agent_version_id": m.get("agent_version_id"), "race_id": m.get("race_id"), "phase": m.get("phase"),
+           "day": m.get("day"), "status": m.get("status"), "success": (m.get("scores") or {}).get("success"),
+           "format": m["source"]["format"], "source_file": m["source"]["file"], "source_line": m["source"]["line"],
+           "judge_quality": quality, "format_problems": len(fmt), "format_first": fmt[0] if fmt else None,
+           "unpaired": bool(pairing), "think_then_stop": stop, "recommend_calls": len(recs),
+           "recommend_problems": len(rec_problems), "recommended": ",".join(ids) if ids else None, **sig,
+           "templates": thinking_templates(traj), **st, "score": structural_score(st, s), "exact_key": exact_key(traj),
+           "turns": sum(x["role"] == "assistant" for x in traj["messages"])}
     row["n_tokens"] = counter.count_chat(traj["messages"], traj["tools"]) if counter is not None and might_keep(row, s) else None
     return row
 
 # %% ../../nbs/04_structural_filter/06_filter.ipynb #43d5d04c
 def rank_order(df) -> list:
     "Row labels best first: structural score, then judge score (both descending), then trajectory id."
-    return list(df.assign(_q=df["judge_quality"].fillna(-1)).sort_values(["score", "_q", "trajectory_id"], ascending=[False, False, True]).index)
+    return list(df.assign(_q=df["judge_quality"].fillna(-1)).sort_values(["score", "_q", "trajectory_id"],
+                                                                         ascending=[False, False, True]).index)
 
 # %% ../../nbs/04_structural_filter/06_filter.ipynb #8609a5c9
 def _with_axes(df, s: FilterSettings):
     "A copy of the rows with the Axis decision: `templated_share` (over each miner's traces), `axis`, `evidence`, `authored_share`."
     df = df.copy()
     df["templated_share"] = templated_shares(list(df["hotkey"]), list(df["templates"]), s.template_min_traces)
-    axes = [classify_axis(r, t, s) for r, t in zip(df[["log", "action_turns", "authored_turns"]].to_dict("records"), df["templated_share"])]
+    axes = [classify_axis(r, t, s) for r, t in zip(df[["log", "action_turns", "authored_turns"]].to_dict("records"),
+                                                   df["templated_share"])]
     df["axis"], df["evidence"] = [a for a, _ in axes], [e for _, e in axes]
     df["authored_share"] = (df["authored_turns"] / df["action_turns"].clip(lower=1)).round(4)
     return df
@@ -93,8 +97,10 @@ def apply_stages(df, s: FilterSettings, signatures: dict | None = None):
     `duplicate_of` and `near_similarity` (the highest estimated similarity to a better-ranked trace, for traces that reach near dedup) added."""
     import pandas as pd
     if not len(df):  # every record rejected upstream: nothing to decide, but the caller still gets the decided columns
-        return df.assign(**{c: pd.Series(dtype=t) for c, t in (("templated_share", float), ("axis", object), ("evidence", object),
-                            ("authored_share", float), ("stage", object), ("duplicate_of", object), ("near_similarity", float))})
+        return df.assign(**{c: pd.Series(dtype=t) for c, t in (("templated_share", float), ("axis", object),
+                                                               ("evidence", object), ("authored_share", float),
+                                                               ("stage", object), ("duplicate_of", object),
+                                                               ("near_similarity", float))})
     df = _with_axes(df, s)
     df["stage"], df["duplicate_of"], df["near_similarity"] = "kept", None, np.nan
     alive = np.ones(len(df), dtype=bool)
@@ -107,7 +113,9 @@ def apply_stages(df, s: FilterSettings, signatures: dict | None = None):
 
     own = np.array([reasoning_gate(q, s.min_quality) for q in df["judge_quality"]])
     if s.unanimous:
-        keys = [(v, p) if isinstance(v, str) and isinstance(p, str) else t for v, p, t in zip(df["agent_version_id"], df["problem_id"], df["trajectory_id"])]
+        keys = [(v, p) if isinstance(v, str) and isinstance(p, str) else t for v, p, t in zip(df["agent_version_id"],
+                                                                                              df["problem_id"],
+                                                                                              df["trajectory_id"])]
         own = np.array(unanimous_groups(keys, own))
     drop(~own, "reasoning_gate")
     drop(df["format_problems"] > 0, "format")
@@ -123,7 +131,8 @@ def apply_stages(df, s: FilterSettings, signatures: dict | None = None):
     if signatures is not None and order:
         tid = df["trajectory_id"]
         sim = {}
-        dup = near_duplicates([tid[i] for i in order], [signatures[tid[i]] for i in order], s.near_threshold, s.num_perm, sim)
+        dup = near_duplicates([tid[i] for i in order], [signatures[tid[i]] for i in order], s.near_threshold,
+                              s.num_perm, sim)
         df.loc[order, "duplicate_of"] = [dup.get(tid[i]) for i in order]
         df.loc[order, "near_similarity"] = [round(sim.get(tid[i], 0.0), 4) for i in order]
         drop(df["duplicate_of"].notna() & (df["stage"] == "kept"), "near_duplicate")
@@ -131,7 +140,8 @@ def apply_stages(df, s: FilterSettings, signatures: dict | None = None):
     missing = alive & df["n_tokens"].isna().to_numpy()
     if missing.any(): raise ValueError(f"apply_stages: {int(missing.sum())} traces reach the token budget without a token count (see might_keep)")
     drop(df["n_tokens"].fillna(0) > s.max_tokens, "over_budget")
-    drop(df.index.isin(_over_cap(df, [i for i in rank_order(df) if alive[df.index.get_loc(i)]], s.max_per_problem)), "problem_cap")
+    drop(df.index.isin(_over_cap(df, [i for i in rank_order(df) if alive[df.index.get_loc(i)]], s.max_per_problem)),
+         "problem_cap")
     return df
 
 # %% ../../nbs/04_structural_filter/06_filter.ipynb #88a7383a

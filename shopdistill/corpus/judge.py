@@ -36,7 +36,8 @@ def judge_dialogue(traj: dict) -> list[dict]:
     "The trajectory as the SN15 dialogue steps the judge reads: per assistant turn, the thinking and each call with its result."
     results = {m["tool_call_id"]: m["content"] for m in traj["messages"] if m["role"] == "tool"}
     return [{"completion": {"message": {"think": m["reasoning_content"], "response": m["content"],
-                                        "tool_call": [{"name": c["function"]["name"], "parameters": c["function"]["arguments"],
+                                        "tool_call": [{"name": c["function"]["name"],
+                                                       "parameters": c["function"]["arguments"],
                                                        "result": results.get(c["id"], "")} for c in m["tool_calls"]]}}}
             for m in traj["messages"] if m["role"] == "assistant"]
 
@@ -46,8 +47,10 @@ def _clean_call(c: dict) -> dict:
     try: tokens = completion_tokens(c)
     except (AttributeError, TypeError, ValueError): tokens = 0
     ids = c.get("result_product_ids")
-    return {"kind": c.get("kind") if isinstance(c.get("kind"), str) else None, "path": c.get("path") if isinstance(c.get("path"), str) else None,
-            "status_code": 200 if tokens else c.get("status_code"), "response": {"usage": {"completion_tokens": tokens}},
+    return {"kind": c.get("kind") if isinstance(c.get("kind"), str) else None,
+            "path": c.get("path") if isinstance(c.get("path"), str) else None,
+            "status_code": 200 if tokens else c.get("status_code"),
+            "response": {"usage": {"completion_tokens": tokens}},
             "result_product_ids": [str(i) for i in ids] if isinstance(ids, list) else []}
 
 
@@ -65,11 +68,15 @@ def proxy_log(traj: dict) -> tuple[list[dict], bool]:
 
 # %% ../../nbs/03_normalise_and_judge/02_judge.ipynb #55e16953
 INJECTION_PATTERNS = (  # (words one of which the text must contain, the pattern): the cheap test saves the regex on most traces
-    (("ignor", "disregard", "forget", "overrid"), r"\b(ignore|disregard|forget|override)\b[^.\n]{0,40}\b(instructions?|prompts?|rules|guidelines|rubric)\b"),
+    (("ignor", "disregard", "forget", "overrid"),
+     r"\b(ignore|disregard|forget|override)\b[^.\n]{0,40}\b(instructions?|prompts?|rules|guidelines|rubric)\b"),
     (("quality",), r"\breasoning[_ ]quality\b"),
-    (("output", "return", "give", "assign", "award", "rate", "score"), r"\b(output|return|give|assign|award|rate|score)\b[^.\n]{0,30}\b0?\.[13579]\b"),
-    (("judge", "evaluator", "grader"), r"\b(you are|as) (the|an?) (judge|evaluator|grader)\b|\bnote to (the )?(judge|evaluator|grader)\b"),
-    (("<|", "<system", "</system", "<instruction", "</instruction", "im_start", "im_end"), r"<\|?/?(system|im_start|im_end|instructions?)\|?>"),
+    (("output", "return", "give", "assign", "award", "rate", "score"),
+     r"\b(output|return|give|assign|award|rate|score)\b[^.\n]{0,30}\b0?\.[13579]\b"),
+    (("judge", "evaluator", "grader"),
+     r"\b(you are|as) (the|an?) (judge|evaluator|grader)\b|\bnote to (the )?(judge|evaluator|grader)\b"),
+    (("<|", "<system", "</system", "<instruction", "</instruction", "im_start", "im_end"),
+     r"<\|?/?(system|im_start|im_end|instructions?)\|?>"),
     (("instruction",), r"\bnew (system )?instructions?\b"),
 )
 
@@ -90,13 +97,15 @@ def find_injection(traj: dict, max_hits: int = 3) -> list[str]:
     return [text[max(0, a - 30): b + 30] for a, b in sorted(hits)[:max_hits]]
 
 # %% ../../nbs/03_normalise_and_judge/02_judge.ipynb #a91016fe
-VERDICT_KEYS = ("backend", "model", "reasoning_quality", "explanation", "flags", "proxy_quality", "llm_quality", "gates", "attempts")
+VERDICT_KEYS = ("backend", "model", "reasoning_quality", "explanation", "flags", "proxy_quality", "llm_quality",
+                "gates", "attempts")
 
 def make_verdict(backend: str, quality, explanation: str, model=None, flags=(), proxy_quality=None, llm_quality=None,
                  gates=None, attempts: int = 0) -> dict:
     "A verdict with every key of VERDICT_KEYS."
-    return {"backend": backend, "model": model, "reasoning_quality": quality, "explanation": explanation, "flags": list(flags),
-            "proxy_quality": proxy_quality, "llm_quality": llm_quality, "gates": gates, "attempts": attempts}
+    return {"backend": backend, "model": model, "reasoning_quality": quality, "explanation": explanation,
+            "flags": list(flags), "proxy_quality": proxy_quality, "llm_quality": llm_quality, "gates": gates,
+            "attempts": attempts}
 
 
 class Judge:
@@ -121,8 +130,8 @@ class GateProxyJudge(Judge):
         log, synthetic = proxy_log(traj)
         v = gate_proxy_judge(traj["query"], judge_dialogue(traj), log)
         flags = (["synthetic_proxy_log"] if synthetic else []) + (["injection_suspected"] if find_injection(traj) else [])
-        return make_verdict("proxy", v["reasoning_quality"], v["explanation"], flags=flags, proxy_quality=v["reasoning_quality"],
-                            gates=v["gates"])
+        return make_verdict("proxy", v["reasoning_quality"], v["explanation"], flags=flags,
+                            proxy_quality=v["reasoning_quality"], gates=v["gates"])
 
 # %% ../../nbs/03_normalise_and_judge/02_judge.ipynb #d1a78e78
 JUDGE_SYSTEM_PROMPT = """You are the reasoning judge of a shopping-agent arena. An agent was given a shopper's request and tools to search a product catalog, view products and recommend products. Decide whether the agent is doing genuine language-model reasoning, or whether deterministic code (regular expressions, heuristics, a fixed loop) produced its steps and merely narrated them.
@@ -154,7 +163,8 @@ def judge_messages(traj: dict) -> list[dict]:
     "The chat messages sent to an LLM judge for one trajectory: the rubric, then the query, the proxy log and the fenced trajectory."
     log, synthetic = proxy_log(traj)
     view = judge_view(traj["query"], judge_dialogue(traj), log)  # chapter 02's cut: thinking <= 1000, results <= 300 characters
-    lines = [f"REQUEST:\n{traj['query']}", "", "PROXY CALL LOG" + (" (reconstructed: one inference call per assistant turn)" if synthetic else "") + ":"]
+    lines = [f"REQUEST:\n{traj['query']}", "",
+             "PROXY CALL LOG" + (" (reconstructed: one inference call per assistant turn)" if synthetic else "") + ":"]
     for k, c in enumerate(view["proxy_calls"], 1):
         ids = c["result_product_ids"]
         lines.append(f"{k}. {c['kind']} {c['path']} completion_tokens={c['completion_tokens']}"
@@ -211,8 +221,8 @@ class LLMJudge(Judge):
     backend = "llm"
     concurrency = 4  # requests in flight in `judge_many` (a judge is I/O-bound; the blacklist and breaker are shared under a lock)
 
-    def __init__(self, models, retries: int = 2, backoff_s: float = 1.0, breaker_failures: int = 3, fallback: str = "proxy",
-                 disagreement: float = 0.4, max_tokens: int = 512, sleep=time.sleep):
+    def __init__(self, models, retries: int = 2, backoff_s: float = 1.0, breaker_failures: int = 3,
+                 fallback: str = "proxy", disagreement: float = 0.4, max_tokens: int = 512, sleep=time.sleep):
         if isinstance(models, str): models = [models]
         if not models: raise ValueError(f"{type(self).__name__}: give at least one judge model name")
         if fallback not in ("proxy", "none"): raise ValueError(f"fallback must be 'proxy' or 'none', got {fallback!r}")
@@ -270,8 +280,9 @@ def judge_many(self: LLMJudge, trajs) -> list[dict]:
 def _fallback(self: LLMJudge, pv: dict, flags: list, why: str, explanation: str, attempts: int) -> dict:
     "The verdict when no model answered: the proxy's score (or None), flagged."
     q = pv["reasoning_quality"] if self.fallback == "proxy" else None
-    return make_verdict(self.backend, q, explanation, None, flags + [why] + (["proxy_fallback"] if q is not None else []),
-                        pv["reasoning_quality"], None, pv["gates"], attempts)
+    return make_verdict(self.backend, q, explanation, None,
+                        flags + [why] + (["proxy_fallback"] if q is not None else []), pv["reasoning_quality"], None,
+                        pv["gates"], attempts)
 
 
 @patch
@@ -298,7 +309,8 @@ def judge(self: LLMJudge, traj: dict) -> dict:
         flags.append("capped_at_proxy")
     elif not injected and abs(llm_q - pv["reasoning_quality"]) >= self.disagreement - 1e-9:
         flags.append("judges_disagree")
-    return make_verdict(self.backend, q, v["explanation"], model, flags, pv["reasoning_quality"], llm_q, pv["gates"], attempts)
+    return make_verdict(self.backend, q, v["explanation"], model, flags, pv["reasoning_quality"], llm_q, pv["gates"],
+                        attempts)
 
 # %% ../../nbs/03_normalise_and_judge/02_judge.ipynb #c97c6395
 class OpenAIJudge(LLMJudge):
@@ -313,7 +325,8 @@ class OpenAIJudge(LLMJudge):
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({} if local else None))
 
     def complete(self, model: str, messages: list[dict]) -> str:
-        body = json.dumps({"model": model, "messages": messages, "temperature": 0, "max_tokens": self.max_tokens}).encode()
+        body = json.dumps({"model": model, "messages": messages, "temperature": 0,
+                           "max_tokens": self.max_tokens}).encode()
         headers = {"Content-Type": "application/json"}
         if self.api_key: headers["Authorization"] = f"Bearer {self.api_key}"
         req = urllib.request.Request(self.base_url + "/chat/completions", data=body, headers=headers, method="POST")
@@ -323,10 +336,12 @@ class OpenAIJudge(LLMJudge):
             detail = f"HTTP {e.code} from {self.base_url}"
             if e.code in (408, 429) or e.code >= 500: raise JudgeTransportError(detail) from None
             raise JudgeRequestError(detail) from None
-        except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, http.client.HTTPException, OSError) as e:
+        except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, http.client.HTTPException,
+                OSError) as e:
             raise JudgeTransportError(f"{type(e).__name__}: {getattr(e, 'reason', e)} ({self.base_url})") from None
         try: return json.loads(payload)["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError): raise JudgeTransportError("the reply is not a chat completion") from None
+        except (ValueError, KeyError, IndexError, TypeError): raise JudgeTransportError("the reply is not a chat "
+                                                                                        "completion") from None
 
 # %% ../../nbs/03_normalise_and_judge/02_judge.ipynb #3ea11aff
 class ScriptedChatServer:
@@ -343,12 +358,16 @@ class ScriptedChatServer:
                 outer.requests.append(body); outer.headers.append(dict(self.headers))
                 status, content, delay = outer.script(body)
                 if delay: time.sleep(delay)
-                payload = content if isinstance(content, bytes) else (json.dumps({"id": "scripted", "object": "chat.completion", "model": body.get("model"),
-                                       "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+                payload = content if isinstance(content, bytes) else (json.dumps({"id": "scripted",
+                                                                                  "object": "chat.completion",
+                                                                                  "model": body.get("model"),
+                                       "choices": [{"index": 0, "finish_reason": "stop",
+                                                    "message": {"role": "assistant", "content": content}}],
                                        "usage": {"prompt_tokens": 0, "completion_tokens": 0}}) if status == 200 else str(content)).encode()
                 try:
                     self.send_response(status)
-                    self.send_header("Content-Type", "application/json"); self.send_header("Content-Length", str(len(payload)))
+                    self.send_header("Content-Type", "application/json"); self.send_header("Content-Length",
+                                                                                           str(len(payload)))
                     self.end_headers(); self.wfile.write(payload)
                 except (BrokenPipeError, ConnectionResetError): pass  # the client gave up (a timeout test)
 
@@ -379,8 +398,8 @@ class TransformersJudge(LLMJudge):
     backend = "transformers"
     concurrency = 1  # one model in one process: requests are served one at a time
 
-    def __init__(self, model, tokenizer=None, name: str | None = None, max_new_tokens: int = 256, device: str | None = None,
-                 local_files_only: bool = True, **kw):
+    def __init__(self, model, tokenizer=None, name: str | None = None, max_new_tokens: int = 256,
+                 device: str | None = None, local_files_only: bool = True, **kw):
         name = name or (str(model) if isinstance(model, str) else type(model).__name__)
         super().__init__([name], max_tokens=max_new_tokens, **kw)
         self._model, self._tok, self.device, self.local_files_only = model, tokenizer, device, local_files_only
@@ -391,7 +410,8 @@ class TransformersJudge(LLMJudge):
             from transformers import AutoModelForCausalLM, AutoTokenizer
             src = self._model
             self._tok = self._tok or AutoTokenizer.from_pretrained(src, local_files_only=self.local_files_only)
-            self._model = AutoModelForCausalLM.from_pretrained(src, local_files_only=self.local_files_only, dtype="auto")
+            self._model = AutoModelForCausalLM.from_pretrained(src, local_files_only=self.local_files_only,
+                                                               dtype="auto")
             if self.device: self._model.to(self.device)
             self._model.eval()
         if self._tok is None: raise ValueError("a model object needs its tokenizer (tokenizer=...)")
@@ -401,7 +421,8 @@ class TransformersJudge(LLMJudge):
     def prompt_text(messages: list[dict], tok) -> str:
         "The prompt as the model's chat template writes it (thinking off where supported), or a plain role-tagged text."
         if getattr(tok, "chat_template", None):
-            try: return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
+            try: return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                                enable_thinking=False)
             except Exception: pass  # a template that cannot take these messages: fall back to plain text
         return "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in messages) + "<|assistant|>\n"
 
@@ -418,8 +439,8 @@ class TransformersJudge(LLMJudge):
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         try:
             with torch.no_grad():
-                out = model.generate(input_ids=ids.to(dev), attention_mask=enc["attention_mask"].to(dev), max_new_tokens=self.max_tokens,
-                                     do_sample=False, pad_token_id=pad)
+                out = model.generate(input_ids=ids.to(dev), attention_mask=enc["attention_mask"].to(dev),
+                                     max_new_tokens=self.max_tokens, do_sample=False, pad_token_id=pad)
         except RuntimeError as e: raise JudgeTransportError(f"generation failed: {e}") from None
         return tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
 
@@ -452,10 +473,12 @@ def make_judge(spec="proxy", settings: JudgeSettings | None = None) -> Judge | N
     if spec == "none": return None
     if spec == "proxy": return GateProxyJudge()
     if spec == "openai":
-        j = OpenAIJudge(st.base_url, st.models, api_key=os.environ.get(st.api_key_env), timeout_s=st.timeout_s, max_tokens=st.max_tokens, **kw)
+        j = OpenAIJudge(st.base_url, st.models, api_key=os.environ.get(st.api_key_env), timeout_s=st.timeout_s,
+                        max_tokens=st.max_tokens, **kw)
         j.concurrency = st.concurrency
         return j
     if spec == "transformers":
         if not st.model_path: raise ValueError("the transformers judge needs judge.model_path (a local model folder)")
-        return TransformersJudge(st.model_path, name=st.model_path, max_new_tokens=st.max_tokens, device=st.device, **kw)
+        return TransformersJudge(st.model_path, name=st.model_path, max_new_tokens=st.max_tokens, device=st.device,
+                                 **kw)
     raise ValueError(f"unknown judge backend {spec!r}: proxy, openai, transformers or none")

@@ -239,7 +239,8 @@ class _ShardOut:
         self.tmp.unlink(missing_ok=True)
 
 # %% ../../nbs/03_normalise_and_judge/03_normalise.ipynb #5041e47a
-def normalised_records(path, fmt: str = "auto", problems: ProblemIndex | None = None, judge=None, max_record_bytes: int = MAX_RECORD_BYTES):
+def normalised_records(path, fmt: str = "auto", problems: ProblemIndex | None = None, judge=None,
+                       max_record_bytes: int = MAX_RECORD_BYTES):
     """(the file's format, the records of one trace file normalised): the records are a generator, so memory is one record
     at a time, of (trajectory, its shard line as bytes, None) for each record read and (None, None, ledger entry) for each reject."""
     if fmt != "auto" and fmt not in READERS: raise ValueError(f"unknown format {fmt!r}; formats: auto, {', '.join(READERS)}")
@@ -269,7 +270,8 @@ def _normalised(path, records, fmt: str, file_fmt: str | None, problems, judge):
             got = detect_format(value)
             if got is None and file_fmt is None: raise Reject("unknown_format", type(value).__name__)
             if got != file_fmt and not (fmt != "auto" and got is None):
-                raise Reject("format_mismatch" if got else "unknown_format", f"{got} record in a {file_fmt} file" if got else type(value).__name__)
+                raise Reject("format_mismatch" if got else "unknown_format",
+                             f"{got} record in a {file_fmt} file" if got else type(value).__name__)
             traj = READERS[file_fmt](value, path, line, raw, problems)
             if judge is not None: traj["meta"]["judge"] = judge.judge(traj)
             data = shard_line(traj, fast)
@@ -313,8 +315,9 @@ def normalise_file(path, out_path, fmt: str = "auto", problems: ProblemIndex | N
         raise
     out.close()
     return {"file": str(path), "shard": Path(out_path).name, "format": file_fmt, "inputs": n_in, "outputs": n_out,
-            "rejects": rejects, "issues": dict(sorted(issues.items())), "judge": dict(sorted(scores.items())), "seconds": round(time.time() - t0, 3),
-            "bytes_in": _size(path), "bytes_out": _size(out_path), "shard_check": out.check}
+            "rejects": rejects, "issues": dict(sorted(issues.items())), "judge": dict(sorted(scores.items())),
+            "seconds": round(time.time() - t0, 3), "bytes_in": _size(path), "bytes_out": _size(out_path),
+            "shard_check": out.check}
 
 
 def _size(p) -> int:
@@ -368,7 +371,8 @@ def problems_source(files: list, problems="auto"):
     file `ArenaFolder` names `bank`) next to the first input or one folder up: a firehose sits in the arena's folder."""
     if problems != "auto": return problems
     first = Path(files[0])
-    return next((b for b in (ArenaFolder(first.parent).bank, ArenaFolder(first.parent.parent).bank) if b.is_file()), None)
+    return next((b for b in (ArenaFolder(first.parent).bank, ArenaFolder(first.parent.parent).bank) if b.is_file()),
+                None)
 
 
 def find_problems(files: list[Path], problems="auto") -> ProblemIndex | None:
@@ -396,7 +400,8 @@ def _run_file(job: tuple) -> dict:
     src, dst = job
     o, scan = _WORKER["options"], _WORKER["scan"]
     scanner = scan.open(dst) if scan is not None else None
-    try: rep = normalise_file(src, dst, o["format"], _WORKER["problems"], _WORKER["judge"], o["max_record_bytes"], o["compresslevel"], scanner)
+    try: rep = normalise_file(src, dst, o["format"], _WORKER["problems"], _WORKER["judge"], o["max_record_bytes"],
+                              o["compresslevel"], scanner)
     except BaseException:
         if scanner is not None: scanner.abort()
         raise
@@ -427,7 +432,8 @@ def pool_map(fn, jobs: list, workers: int, initializer, initargs: tuple, costs: 
 def _no_state(): "A pool initializer for functions that need no per-worker state."
 
 
-def iter_trajectories(files: list, fmt: str = "auto", problems: ProblemIndex | None = None, max_record_bytes: int = MAX_RECORD_BYTES):
+def iter_trajectories(files: list, fmt: str = "auto", problems: ProblemIndex | None = None,
+                      max_record_bytes: int = MAX_RECORD_BYTES):
     "The canonical trajectories of `files`, unjudged, exactly as their shards will hold them (read back from the shard line), in order."
     for path in files:
         for traj, data, _ in normalised_records(path, fmt, problems, None, max_record_bytes)[1]:
@@ -494,7 +500,9 @@ def normalise_traces(glob_or_paths, out_dir, judge="proxy", workers: int = 2, fo
     options = {"format": format, "max_record_bytes": int(max_record_bytes), "compresslevel": int(compresslevel)}
     psrc = problems_source(files, problems)
     pstamp = (str(psrc), Path(psrc).stat().st_mtime_ns) if isinstance(psrc, (str, Path)) and Path(psrc).is_file() else str(type(psrc).__name__)
-    fp = _fingerprint(files, {**options, "judge": jname, "models": getattr(jd, "models", None), "problems": pstamp, "reader": READER_VERSION})
+    fp = _fingerprint(files,
+                      {**options, "judge": jname, "models": getattr(jd, "models", None), "problems": pstamp,
+                       "reader": READER_VERSION})
     if reuse and (old := _reusable(out, fp)) is not None: return old
     out.summary.unlink(missing_ok=True)  # a run killed from here on never looks complete
     index = find_problems(files, problems)
@@ -505,7 +513,8 @@ def normalise_traces(glob_or_paths, out_dir, judge="proxy", workers: int = 2, fo
     jobs = [(str(p), str(out.path / shard_name(i))) for i, p in enumerate(files)]
     for stale in out.path.glob("shard-*.jsonl.gz*"):
         if stale.name not in {Path(d).name for _, d in jobs}: stale.unlink()
-    ledger, reports = _normalise_files(jobs, workers, (index, jd if in_workers else None, options, scan if rides else None), progress)
+    ledger, reports = _normalise_files(jobs, workers,
+                                       (index, jd if in_workers else None, options, scan if rides else None), progress)
     t_norm = time.time() - t0
     judge_summary = _judge_after(out.path, jd, reports, progress) if jd is not None and not in_workers else None
     ledger.write(out.ledger)
@@ -535,7 +544,8 @@ def _reusable(out: TrajectoriesFolder, fp: str) -> dict | None:
     "The previous summary in `out` if it has fingerprint `fp` and all its shards are there."
     try: old = json.loads(out.summary.read_text())
     except (OSError, ValueError): return None
-    if old.get("fingerprint") != fp or not all((out.path / r["shard"]).is_file() for r in old.get("files", [])): return None
+    if old.get("fingerprint") != fp or not all((out.path / r["shard"]).is_file() for r in old.get("files",
+                                                                                                  [])): return None
     old["reused"] = True
     return old
 
@@ -564,8 +574,8 @@ def judge_shards(out_dir, judge, progress: bool = True, batch: int = 256) -> dic
         bar.update(1)
     bar.close()
     return {"scores": dict(sorted(scores.items())), "flags": dict(sorted(flags.items())), "per_shard": per_shard,
-            "blacklist": dict(getattr(judge, "blacklist", {})), "breaker_open": bool(getattr(judge, "breaker_open", False)),
-            "model_calls": getattr(judge, "calls", 0)}
+            "blacklist": dict(getattr(judge, "blacklist", {})),
+            "breaker_open": bool(getattr(judge, "breaker_open", False)), "model_calls": getattr(judge, "calls", 0)}
 
 # %% ../../nbs/03_normalise_and_judge/03_normalise.ipynb #ec78879f
 class AccountingError(AssertionError):
@@ -610,7 +620,8 @@ def check_accounts(out_dir, recount_inputs: bool = False, workers: int = 1, reco
         for line in f: rejects[json.loads(line)["source"]] += 1
     problems, n_out = [], 0
     recount = [str(out / r["shard"]) for r in s["files"] if recount_outputs or not r.get("shard_check")]
-    counts = dict(zip(recount, pool_map(_count_lines_gz, recount, workers, _no_state, (), costs=[_size(p) for p in recount])))
+    counts = dict(zip(recount,
+                      pool_map(_count_lines_gz, recount, workers, _no_state, (), costs=[_size(p) for p in recount])))
     for r in s["files"]:
         shard, check = str(out / r["shard"]), r.get("shard_check")
         if shard in counts: got = counts[shard]

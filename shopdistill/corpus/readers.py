@@ -133,7 +133,8 @@ _SN15_INFO = ("step", "query", "timestamp", "problem_id", "execution_time", "pro
 def _dict(x, field: str, step: int | None, required: bool = True) -> dict:
     if isinstance(x, dict): return x
     if x is None and not required: return {}
-    raise Reject("missing_field" if x is None else "wrong_type", f"{field} should be an object, got {type(x).__name__}", step)
+    raise Reject("missing_field" if x is None else "wrong_type", f"{field} should be an object, got {type(x).__name__}",
+                 step)
 
 
 def _list(x, field: str, step: int | None) -> list:
@@ -159,11 +160,13 @@ def sn15_steps(b: TrajectoryBuilder, dialogue: list, problem_id: str | None) -> 
         for j, c in enumerate(src_calls):
             c = _dict(c, _where("tool_call", j), i)
             name = c.get("name")
-            if not isinstance(name, str) or not name: raise Reject("missing_field" if name is None else "wrong_type", _where("tool_call", j) + ".name", i)
+            if not isinstance(name, str) or not name: raise Reject("missing_field" if name is None else "wrong_type",
+                                                                   _where("tool_call", j) + ".name", i)
             args = b.arguments(c.get("parameters"), i, j)
             cid = c.get("tool_call_id")
             if cid is None: cid = tool_call_id(name, c.get("parameters"))
-            elif not isinstance(cid, str) or not cid: raise Reject("wrong_type", _where("tool_call", j) + ".tool_call_id", i)
+            elif not isinstance(cid, str) or not cid: raise Reject("wrong_type",
+                                                                   _where("tool_call", j) + ".tool_call_id", i)
             elif cid != tool_call_id(name, c.get("parameters")): b.issue("tool_call_id_rule", i, cid)
             cid = b.unique_id(cid, i)
             calls.append(make_tool_call(cid, name, args))
@@ -186,8 +189,8 @@ def sn15_steps(b: TrajectoryBuilder, dialogue: list, problem_id: str | None) -> 
         if raw and raw != render_content(think, src_calls, response): meta["content_raw"] = raw
         if channel and channel != reasoning: meta["reasoning_channel"] = channel
         if "execution_time" in info: meta["execution_time"] = info["execution_time"]
-        for part, d, known in (("step", st, _SN15_STEP), ("completion", comp, _SN15_COMPLETION), ("message", msg, _SN15_MESSAGE),
-                               ("extra_info", info, _SN15_INFO)):
+        for part, d, known in (("step", st, _SN15_STEP), ("completion", comp, _SN15_COMPLETION),
+                               ("message", msg, _SN15_MESSAGE), ("extra_info", info, _SN15_INFO)):
             if (x := leftover(d, known)): extras[part] = x
         if extras: meta["extra"] = extras
         b.steps.append(meta)
@@ -230,7 +233,8 @@ class ProblemIndex:
     def problem_id(self, query): return self.by_query.get(query)
 
 # %% ../../nbs/03_normalise_and_judge/01_readers.ipynb #5943abd1
-_ENVELOPE = ("problem_id", "status", "execution_time", "inference_failure_count", "inference_total", "error", "dialogue", "extract")
+_ENVELOPE = ("problem_id", "status", "execution_time", "inference_failure_count", "inference_total", "error",
+             "dialogue", "extract")
 
 _EXTRACT_META = ("trace_id", "phase", "day", "validator", "suite_version", "problem_seed")
 
@@ -259,12 +263,14 @@ def read_sn15_envelope(env, file, line: int, raw: bytes, problems: ProblemIndex 
         meta["agent_version_id"], meta["race_id"] = opt_str(x.get("agent_version_id")), opt_str(x.get("race_id"))
         for k in _EXTRACT_META: meta[k] = x.get(k)
         if isinstance(x.get("result"), dict): meta["scores"] = dict(x["result"])
-        if (rest := leftover(x, _EXTRACT_META + ("miner_hotkey", "miner_uid", "agent_version_id", "race_id", "result"))):
+        if (rest := leftover(x,
+                             _EXTRACT_META + ("miner_hotkey", "miner_uid", "agent_version_id", "race_id", "result"))):
             meta["extra"]["extract"] = rest
     elif x is not None: meta["extra"]["extract"] = x
     meta["extra"].update(leftover(env, _ENVELOPE))
     tools = tools_for(b.names)
-    return finish(b, meta, trajectory_id(file, line, raw), pid, query, problems.category(pid) if problems else None, tools)
+    return finish(b, meta, trajectory_id(file, line, raw), pid, query, problems.category(pid) if problems else None,
+                  tools)
 
 
 def read_sn15_dialogue(steps, file, line: int, raw: bytes, problems: ProblemIndex | None = None) -> dict:
@@ -279,8 +285,8 @@ def read_sn15_dialogue(steps, file, line: int, raw: bytes, problems: ProblemInde
     if not query: raise Reject("missing_query", str(pid))
     b.messages[0] = text_message("user", query)
     meta = new_meta("sn15_dialogue", file, line)
-    return finish(b, meta, trajectory_id(file, line, raw), pid, query, problems.category(pid) if problems and pid else None,
-                  tools_for(b.names))
+    return finish(b, meta, trajectory_id(file, line, raw), pid, query,
+                  problems.category(pid) if problems and pid else None, tools_for(b.names))
 
 # %% ../../nbs/03_normalise_and_judge/01_readers.ipynb #6fc2dd08
 _UP_STEP, _UP_COMPLETION, _UP_MESSAGE = ("prompt", "completion", "extra_info"), ("reasoning_content", "content", "message"), ("think", "tool_call", "obs", "response")
@@ -300,7 +306,8 @@ def _upstream_calls(b: TrajectoryBuilder, msg: dict, i: int) -> tuple:
     for j, c in enumerate(_list(msg.get("tool_call"), "completion.message.tool_call", i)):
         c = _dict(c, _where("tool_call", j), i)
         name = c.get("name")
-        if not isinstance(name, str) or not name: raise Reject("missing_field" if name is None else "wrong_type", _where("tool_call", j) + ".name", i)
+        if not isinstance(name, str) or not name: raise Reject("missing_field" if name is None else "wrong_type",
+                                                               _where("tool_call", j) + ".name", i)
         src_id = c.get("tool_call_id")
         if src_id is not None and not (isinstance(src_id, str) and src_id): raise Reject("wrong_type", _where("tool_call", j) + ".tool_call_id", i)
         args = b.arguments(c.get("parameters"), i, j)
@@ -333,10 +340,12 @@ def _upstream_step(b: TrajectoryBuilder, i: int, st: dict):
     for r in loose:
         b.issue("unpaired_tool_result", i, "(no id)")
         b.tool(f"obs-{i}-{len(b.messages)}", "", result_text(r))
-    meta = {"step": i, "message_index": k, "timestamp": info.get("timestamp"), "proxy_calls": [], "content_raw": raw_text}
+    meta = {"step": i, "message_index": k, "timestamp": info.get("timestamp"), "proxy_calls": [],
+            "content_raw": raw_text}
     if channel and _strip_think_tags(channel) != think: meta["reasoning_channel"] = channel
     if "step" in info: meta["source_step"] = info["step"]
-    extras = {part: x for part, d, known in (("step", st, _UP_STEP), ("completion", comp, _UP_COMPLETION), ("message", msg, _UP_MESSAGE),
+    extras = {part: x for part, d, known in (("step", st, _UP_STEP), ("completion", comp, _UP_COMPLETION),
+                                             ("message", msg, _UP_MESSAGE),
                                              ("extra_info", info, ("step", "query", "timestamp")))
               if (x := leftover(d, known))}
     if extras: meta["extra"] = extras
@@ -360,11 +369,12 @@ def read_upstream_rollout(steps, file, line: int, raw: bytes, problems: ProblemI
     pid = problems.problem_id(query) if problems else None
     meta = new_meta("upstream_rollout", file, line)
     meta["prompt"] = prompt
-    return finish(b, meta, trajectory_id(file, line, raw), pid, query, problems.category(pid) if problems and pid else None,
-                  tools_for(b.names))
+    return finish(b, meta, trajectory_id(file, line, raw), pid, query,
+                  problems.category(pid) if problems and pid else None, tools_for(b.names))
 
 # %% ../../nbs/03_normalise_and_judge/01_readers.ipynb #e8b631e6
-_ROW_META = {"miner_hotkey": ("miner", "hotkey"), "hotkey": ("miner", "hotkey"), "miner_uid": ("miner", "uid"), "uid": ("miner", "uid"),
+_ROW_META = {"miner_hotkey": ("miner", "hotkey"), "hotkey": ("miner", "hotkey"), "miner_uid": ("miner", "uid"),
+             "uid": ("miner", "uid"),
              "agent_version_id": ("agent_version_id",), "race_id": ("race_id",), "status": ("status",),
              "success": ("scores", "success"), "reasoning_quality": ("scores", "reasoning_quality"),
              "final_score": ("scores", "final_score"), "score": ("scores", "score")}
@@ -412,11 +422,14 @@ def _openai_call(c, b: TrajectoryBuilder, i: int, j: int) -> dict:
     c = _dict(c, _where("tool_calls", j), i)
     f = c.get("function") if isinstance(c.get("function"), dict) else c
     name = f.get("name")
-    if not isinstance(name, str) or not name: raise Reject("missing_field" if name is None else "wrong_type", _where("tool_calls", j) + ".function.name", i)
+    if not isinstance(name, str) or not name: raise Reject("missing_field" if name is None else "wrong_type",
+                                                           _where("tool_calls", j) + ".function.name", i)
     src = f.get("arguments", f.get("parameters"))
     cid = c.get("id")
-    if cid is not None and not (isinstance(cid, str) and cid): raise Reject("wrong_type", _where("tool_calls", j) + ".id", i)
-    return make_tool_call(b.unique_id(cid or tool_call_id(name, src if src is not None else {}), i), name, b.arguments(src, i, j))
+    if cid is not None and not (isinstance(cid, str) and cid): raise Reject("wrong_type",
+                                                                            _where("tool_calls", j) + ".id", i)
+    return make_tool_call(b.unique_id(cid or tool_call_id(name, src if src is not None else {}), i), name,
+                          b.arguments(src, i, j))
 
 # %% ../../nbs/03_normalise_and_judge/01_readers.ipynb #1862ea3e
 def _openai_assistant(b: TrajectoryBuilder, m: dict, content: str, i: int, step: int, pending: list) -> list:
@@ -424,7 +437,8 @@ def _openai_assistant(b: TrajectoryBuilder, m: dict, content: str, i: int, step:
     reasoning = next((m[k] for k in ("reasoning_content", "reasoning", "thinking") if m.get(k) is not None), None)
     if reasoning is None and "</think>" in content: reasoning, content = split_think(content)
     reasoning = as_text(reasoning, _where("messages", i) + ".reasoning_content", i)
-    calls = [_openai_call(c, b, i, j) for j, c in enumerate(_list(_maybe_json(m.get("tool_calls"), "tool_calls"), _where("messages", i) + ".tool_calls", i))]
+    calls = [_openai_call(c, b, i, j) for j, c in enumerate(_list(_maybe_json(m.get("tool_calls"), "tool_calls"),
+                                                                  _where("messages", i) + ".tool_calls", i))]
     for c in pending: b.issue("unpaired_tool_call", i, c["id"])
     k = b.assistant(content, reasoning, calls)
     meta = {"step": step, "message_index": k}
@@ -436,14 +450,16 @@ def _openai_assistant(b: TrajectoryBuilder, m: dict, content: str, i: int, step:
 def _openai_tool(b: TrajectoryBuilder, m: dict, content: str, i: int, pending: list) -> None:
     "Add one tool result, answering the pending call it names (the first pending one when it names none), which stops being pending."
     cid, name = m.get("tool_call_id"), m.get("name")
-    if cid is not None and not isinstance(cid, str): raise Reject("wrong_type", _where("messages", i) + ".tool_call_id", i)
+    if cid is not None and not isinstance(cid, str): raise Reject("wrong_type", _where("messages", i) + ".tool_call_id",
+                                                                  i)
     if name is not None and not isinstance(name, str): raise Reject("wrong_type", _where("messages", i) + ".name", i)
     match = next((c for c in pending if c["id"] == cid), None) if cid else (pending[0] if pending else None)
     if match is None and cid:  # a renamed duplicate: the source id names the first unanswered call with that stem
         match = next((c for c in pending if b.renamed.get(c["id"]) == cid), None)
     if match is not None: pending.remove(match)
     else: b.issue("unpaired_tool_result", i, cid or "(no id)")
-    b.tool(match["id"] if match else (cid or f"result-{i}"), name or (match["function"]["name"] if match else ""), content)
+    b.tool(match["id"] if match else (cid or f"result-{i}"), name or (match["function"]["name"] if match else ""),
+           content)
 
 
 def _openai_turns(b: TrajectoryBuilder, msgs: list) -> dict:
@@ -478,7 +494,8 @@ def _openai_meta(row: dict, file, line: int) -> dict:
             if len(path) == 1: meta[path[0]] = opt_str(v)
             else: meta[path[0]] = {**(meta[path[0]] or {}), path[1]: v}
         else: meta["extra"][k] = v
-    if meta["miner"] is not None: meta["miner"] = {"hotkey": meta["miner"].get("hotkey"), "uid": meta["miner"].get("uid")}
+    if meta["miner"] is not None: meta["miner"] = {"hotkey": meta["miner"].get("hotkey"),
+                                                   "uid": meta["miner"].get("uid")}
     return meta
 
 
@@ -489,7 +506,8 @@ def read_openai_row(row, file, line: int, raw: bytes, problems: ProblemIndex | N
     b = TrajectoryBuilder()
     msg_extra = _openai_turns(b, _list(_maybe_json(row["messages"], "messages"), "messages", None))
     if b.messages and {m["role"] for m in b.messages} <= {"system", "user"}:  # a prompt with no agent turn: nothing to learn from, ledgered
-        raise Reject("prompt_only", f"{len(b.messages)} message(s), no agent turn: {', '.join(m['role'] for m in b.messages)}")
+        raise Reject("prompt_only",
+                     f"{len(b.messages)} message(s), no agent turn: {', '.join(m['role'] for m in b.messages)}")
     raw_tools = _maybe_json(row.get("tools"), "tools")
     if raw_tools is None:
         b.issue("tools_missing", None, "")

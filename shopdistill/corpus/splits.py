@@ -12,8 +12,8 @@ import numpy as np
 from collections import Counter, defaultdict
 from dataclasses import asdict
 from scipy.cluster.hierarchy import DisjointSet
-from ..arena.clusters import cluster_labels, leak_clusters, normalise_text, similar_text_pairs
-from ..arena.paraphrase import gold_ids, golds_of, protected_spans, swap_synonyms, toggle_line_breaks
+from ..mechanics.clusters import cluster_labels, leak_clusters, normalise_text, similar_text_pairs
+from ..mechanics.paraphrase import gold_ids, golds_of, protected_spans, swap_synonyms, toggle_line_breaks
 from .readers import load_task_file
 
 # %% ../../nbs/04_structural_filter/07_splits.ipynb #a987945c
@@ -45,7 +45,8 @@ def problems_present(rows, bank: dict | None = None) -> list[dict]:
         k = problem_key(r["problem_id"], r["query"])
         if k in out: continue
         b = (bank or {}).get(text_or_none(r["problem_id"])) or {}
-        out[k] = {"id": k, "query": r["query"], "category": text_or_none(r.get("category")) or text_or_none(b.get("category")),
+        out[k] = {"id": k, "query": r["query"],
+                  "category": text_or_none(r.get("category")) or text_or_none(b.get("category")),
                   "reward": b.get("reward"), "voucher": b.get("voucher")}
     return [out[k] for k in sorted(out)]
 
@@ -61,7 +62,8 @@ def problem_clusters(problems: list[dict], settings=None, answers: dict | None =
         if c in first: sets.merge(first[c], i)
         else: first[c] = i
     if any(p.get("category") is None for p in problems):  # chapter 00 compares texts within a category; an unknown one could be any
-        text_kw = {k: v for k, v in kw.items() if k in ("similarity", "similarity_no_numbers", "lsh_threshold", "content_df", "min_df", "num_perm", "seed")}
+        text_kw = {k: v for k, v in kw.items() if k in ("similarity", "similarity_no_numbers", "lsh_threshold",
+                                                        "content_df", "min_df", "num_perm", "seed")}
         for i, j, _ in similar_text_pairs([p["query"] for p in problems], **text_kw):
             a, b = problems[i], problems[j]
             if (a.get("category") is None or b.get("category") is None) and not (gold_ids(a) and gold_ids(b) and not gold_ids(a) & gold_ids(b)):
@@ -127,7 +129,8 @@ def ngram_overlap(train_queries: list[str], eval_queries: list[str], n: int = 8)
         hits = Counter(i for g in grams for i in owners.get(g, ()))
         shared = sum(1 for g in grams if g in owners)
         best, k = (hits.most_common(1) or [(None, 0)])[0]
-        rows.append({"eval_query": q, "containment": round(shared / max(1, len(grams)), 4), "closest_train_query": train[best] if best is not None else None,
+        rows.append({"eval_query": q, "containment": round(shared / max(1, len(grams)), 4),
+                     "closest_train_query": train[best] if best is not None else None,
                      "shared_with_closest": round(k / max(1, len(grams)), 4)})
     return pd.DataFrame(rows, columns=["eval_query", "containment", "closest_train_query", "shared_with_closest"])
 
@@ -136,4 +139,5 @@ def paraphrase(problem: dict, seed: int = 0) -> str:
     "A rewording of a problem's query as the bank's variants word it: synonyms swapped (constraint values kept), line breaks toggled."
     rng = np.random.default_rng(seed)
     q = problem["query"]
-    return toggle_line_breaks(swap_synonyms(q, rng, protected_spans(q, golds_of(problem), problem.get("voucher")), p=0.8))
+    return toggle_line_breaks(swap_synonyms(q, rng, protected_spans(q, golds_of(problem), problem.get("voucher")),
+                                            p=0.8))

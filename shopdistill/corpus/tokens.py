@@ -45,7 +45,8 @@ def _ascii_model(tokenizer):
     norm, pre, model = cfg.get("normalizer"), cfg.get("pre_tokenizer") or {}, cfg.get("model") or {}
     steps = pre.get("pretokenizers") if pre.get("type") == "Sequence" else None
     ok = (norm is None or norm.get("type") == "NFC") and steps is not None and len(steps) == 2 \
-        and steps[0] == {"type": "Split", "pattern": {"Regex": QWEN_PRETOKENIZE}, "behavior": "Isolated", "invert": False} \
+        and steps[0] == {"type": "Split", "pattern": {"Regex": QWEN_PRETOKENIZE}, "behavior": "Isolated",
+                         "invert": False} \
         and steps[1].get("type") == "ByteLevel" and steps[1].get("use_regex") is False and not steps[1].get("add_prefix_space") \
         and model.get("type") == "BPE" and model.get("dropout") is None and not model.get("byte_fallback") \
         and not model.get("continuing_subword_prefix") and not model.get("end_of_word_suffix")
@@ -59,7 +60,8 @@ class TokenCounter:
     def __init__(self, tokenizer=None, name: str = "", max_memo: int = 200_000):
         self.tok, self.name, self.max_memo, self.memo, self.words = tokenizer, name, max_memo, {}, {}
         self.exact = tokenizer is not None
-        added = sorted((t.content for t in (tokenizer.get_added_tokens_decoder().values() if tokenizer else [])), key=len, reverse=True)
+        added = sorted((t.content for t in (tokenizer.get_added_tokens_decoder().values() if tokenizer else [])),
+                       key=len, reverse=True)
         self.split = re.compile("(" + "|".join(re.escape(a) for a in added) + ")") if added else None
         self.added = set(added)
         self.model = _ascii_model(tokenizer) if tokenizer is not None else None
@@ -128,7 +130,8 @@ def load_counter(spec: str, folder=None) -> TokenCounter:
         from tokenizers import Tokenizer
         path = Path(folder or ".") / "tokenizer.json"
         if not path.is_file(): raise FileNotFoundError(f"the 'bpe' tokenizer has not been trained: no {path}")
-        return TokenCounter(Tokenizer.from_file(str(path)), f"byte-level BPE trained on this run's traces ({path.name})")
+        return TokenCounter(Tokenizer.from_file(str(path)),
+                            f"byte-level BPE trained on this run's traces ({path.name})")
     try:
         from transformers import AutoTokenizer
         tok = AutoTokenizer.from_pretrained(spec)

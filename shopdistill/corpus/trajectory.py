@@ -30,7 +30,8 @@ META_KEYS = ("source", "miner", "agent_version_id", "race_id", "status", "scores
 # %% ../../nbs/03_normalise_and_judge/00_trajectory.ipynb #fcbe95c1
 REJECT_REASONS = {
     "unreadable_file": "the file cannot be opened or decompressed at all (counts as one record)",
-    "truncated_file": "the compressed stream ends early or is corrupt; the unreadable rest of the file counts as one record",
+    "truncated_file": "the compressed stream ends early or is corrupt; the unreadable rest of the file counts as one "
+                      "record",
     "record_too_large": "one line is longer than `max_record_bytes`",
     "invalid_utf8": "the bytes are not UTF-8",
     "invalid_json": "the text is not JSON",
@@ -43,13 +44,16 @@ REJECT_REASONS = {
     "unknown_role": "a message role other than system, user, assistant, tool (developer)",
     "no_dialogue": "the run produced no dialogue (crashed or timed out before returning)",
     "no_assistant_turn": "nothing the agent did: no assistant message",
-    "prompt_only": "an OpenAI-style row holding only the prompt (system and user turns), as some rows of the published SN15 corpus do",
+    "prompt_only": "an OpenAI-style row holding only the prompt (system and user turns), as some rows of the published "
+                   "SN15 corpus do",
     "missing_query": "no query in the record and none found for its problem id",
-    "reader_error": "a reader raised an unexpected exception: a bug, recorded with where it happened (never raised as a Reject)",
+    "reader_error": "a reader raised an unexpected exception: a bug, recorded with where it happened (never raised as "
+                    "a Reject)",
 }
 
 ISSUE_CODES = {
-    "unparseable_arguments": "a tool call's arguments were a string that is not JSON; `{}` kept, raw text in the detail",
+    "unparseable_arguments": "a tool call's arguments were a string that is not JSON; `{}` kept, raw text in the "
+                             "detail",
     "non_object_arguments": "a tool call's arguments were JSON but not an object; `{}` kept, raw text in the detail",
     "unknown_tool": "a call to a tool that is not in `tools`",
     "duplicate_tool_call_id": "a tool-call id seen before in the trajectory; renamed `<id>-<k>`",
@@ -78,7 +82,8 @@ def text_message(role: str, content: str) -> dict:
 
 def assistant_message(content: str = "", reasoning_content: str = "", tool_calls: list | None = None) -> dict:
     "An assistant turn: the response text, the thinking, the tool calls (canonical form, see `make_tool_call`)."
-    return {"role": "assistant", "content": content, "reasoning_content": reasoning_content, "tool_calls": list(tool_calls or [])}
+    return {"role": "assistant", "content": content, "reasoning_content": reasoning_content,
+            "tool_calls": list(tool_calls or [])}
 
 
 def make_tool_call(call_id: str, name: str, arguments: dict) -> dict:
@@ -104,8 +109,10 @@ _NSTR = {"type": ["string", "null"]}
 
 TOOL_CALL_SCHEMA = {"type": "object", "required": ["id", "type", "function"], "additionalProperties": False,
                     "properties": {"id": {"type": "string", "minLength": 1}, "type": {"const": "function"},
-                                   "function": {"type": "object", "required": ["name", "arguments"], "additionalProperties": False,
-                                                "properties": {"name": {"type": "string", "minLength": 1}, "arguments": _OBJ}}}}
+                                   "function": {"type": "object", "required": ["name", "arguments"],
+                                                "additionalProperties": False,
+                                                "properties": {"name": {"type": "string", "minLength": 1},
+                                                               "arguments": _OBJ}}}}
 
 MESSAGE_SCHEMA = {"oneOf": [
     {"type": "object", "required": ["role", "content"], "additionalProperties": False,
@@ -114,13 +121,14 @@ MESSAGE_SCHEMA = {"oneOf": [
      "properties": {"role": {"const": "assistant"}, "content": _STR, "reasoning_content": _STR,
                     "tool_calls": {"type": "array", "items": TOOL_CALL_SCHEMA}}},
     {"type": "object", "required": list(MESSAGE_KEYS["tool"]), "additionalProperties": False,
-     "properties": {"role": {"const": "tool"}, "tool_call_id": {"type": "string", "minLength": 1}, "name": _STR, "content": _STR}}]}
+     "properties": {"role": {"const": "tool"}, "tool_call_id": {"type": "string", "minLength": 1}, "name": _STR,
+                    "content": _STR}}]}
 
 TOOL_SCHEMA = {"type": "object", "required": ["type", "function"], "additionalProperties": False,
                "properties": {"type": {"const": "function"},
                               "function": {"type": "object", "required": ["name", "description", "parameters"],
-                                           "properties": {"name": {"type": "string", "minLength": 1}, "description": _STR,
-                                                          "parameters": _OBJ}}}}
+                                           "properties": {"name": {"type": "string", "minLength": 1},
+                                                          "description": _STR, "parameters": _OBJ}}}}
 
 TRAJECTORY_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema", "title": "shopdistill canonical trajectory",
@@ -132,12 +140,16 @@ TRAJECTORY_SCHEMA = {
         "tools": {"type": "array", "items": TOOL_SCHEMA},
         "meta": {"type": "object", "required": list(META_KEYS),
                  "properties": {"source": {"type": "object", "required": ["format", "file", "line", "step"],
-                                           "properties": {"format": {"enum": list(FORMATS)}, "file": _STR, "line": {"type": "integer", "minimum": 1},
+                                           "properties": {"format": {"enum": list(FORMATS)}, "file": _STR,
+                                                          "line": {"type": "integer", "minimum": 1},
                                                           "step": {"type": "null"}}},
-                                "miner": {"type": ["object", "null"]}, "agent_version_id": _NSTR, "race_id": _NSTR, "status": _NSTR,
+                                "miner": {"type": ["object", "null"]}, "agent_version_id": _NSTR, "race_id": _NSTR,
+                                "status": _NSTR,
                                 "scores": _OBJ, "judge": {"type": ["object", "null"]}, "extra": _OBJ,
-                                "steps": {"type": "array", "items": {"type": "object", "required": ["step", "message_index"]}},
-                                "issues": {"type": "array", "items": {"type": "object", "required": ["code", "step", "detail"],
+                                "steps": {"type": "array",
+                                          "items": {"type": "object", "required": ["step", "message_index"]}},
+                                "issues": {"type": "array", "items": {"type": "object",
+                                                                      "required": ["code", "step", "detail"],
                                                                       "properties": {"code": {"enum": list(ISSUE_CODES)}}}}}}}}
 
 @lru_cache(maxsize=1)
@@ -179,11 +191,13 @@ def to_arrow_row(traj: dict) -> dict:
         row.update(m)
         if m["role"] == "assistant":
             row["tool_calls"] = [{"id": c["id"], "type": c["type"],
-                                  "function": {"name": c["function"]["name"], "arguments": _dumps(c["function"]["arguments"])}}
+                                  "function": {"name": c["function"]["name"],
+                                               "arguments": _dumps(c["function"]["arguments"])}}
                                  for c in m["tool_calls"]]
         msgs.append(row)
     return {"trajectory_id": traj["trajectory_id"], "problem_id": traj["problem_id"], "query": traj["query"],
-            "category": traj["category"], "messages": msgs, "tools": _dumps(traj["tools"]), "meta": _dumps(traj["meta"])}
+            "category": traj["category"], "messages": msgs, "tools": _dumps(traj["tools"]),
+            "meta": _dumps(traj["meta"])}
 
 
 def from_arrow_row(row: dict) -> dict:
@@ -196,4 +210,5 @@ def from_arrow_row(row: dict) -> dict:
                                  for c in (m["tool_calls"] or [])]
         msgs.append(out)
     return {"trajectory_id": row["trajectory_id"], "problem_id": row["problem_id"], "query": row["query"],
-            "category": row["category"], "messages": msgs, "tools": json.loads(row["tools"]), "meta": json.loads(row["meta"])}
+            "category": row["category"], "messages": msgs, "tools": json.loads(row["tools"]),
+            "meta": json.loads(row["meta"])}

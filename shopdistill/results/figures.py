@@ -10,12 +10,14 @@ __all__ = ['STYLE_COLORS', 'draw_pipeline', 'save_figure', 'funnel_figure', 'are
 import numpy as np
 from pathlib import Path
 from ..core.run import figures_dir
-from .collect import STAGE_LABELS, pass_at_k_curve
+from ..core.run import stage_label
+from .collect import pass_at_k_curve
 
 # %% ../../nbs/07_results/04_figures.ipynb #04152d45
 _STAGE_BOXES = (
     ("Agent arena (SN15)", ("races on the problem bank", "validators score + judge", "leak-cluster pools")),
-    ("Data pipeline", ("normalise (03)", "reasoning judge (03)", "structural filter, Axis A (04)", "leak-guarded split (04)")),
+    ("Data pipeline", ("normalise (03)", "reasoning judge (03)", "structural filter, Axis A (04)",
+                       "leak-guarded split (04)")),
     ("Five-stage recipe", ("1 SFT", "2 rejection re-SFT", "3 teacher-SFT", "4 KTO", "5 Dr. GRPO")),
     ("Distilled agent", ("held-out ASR, pass@k (07)", "back in the arena (07)")),
 )
@@ -32,12 +34,15 @@ def draw_pipeline(counts: dict | None = None, ax=None):
     for x, (title, items), c in zip(xs, _STAGE_BOXES, colors):
         ax.add_patch(FancyBboxPatch((x, y0), w, h, boxstyle="round,pad=0.05", fc=c, ec="#444444", lw=1))
         ax.text(x + w / 2, y0 + h - 0.25, title, ha="center", va="center", fontsize=10, weight="bold")
-        for j, it in enumerate(items): ax.text(x + 0.15, y0 + h - 0.65 - j * 0.3, it, ha="left", va="center", fontsize=8)
+        for j, it in enumerate(items): ax.text(x + 0.15, y0 + h - 0.65 - j * 0.3, it, ha="left",
+                                               va="center", fontsize=8)
     labels = (counts.get("traces", "traces"), counts.get("corpus", "corpus"), counts.get("checkpoint", "checkpoint"))
     for x, lab in zip(xs[:-1], labels):
-        ax.add_patch(FancyArrowPatch((x + w + 0.05, y0 + h / 2), (x + w + gap - 0.05, y0 + h / 2), arrowstyle="-|>", mutation_scale=14, color="#333333"))
+        ax.add_patch(FancyArrowPatch((x + w + 0.05, y0 + h / 2), (x + w + gap - 0.05, y0 + h / 2), arrowstyle="-|>",
+                                     mutation_scale=14, color="#333333"))
         ax.text(x + w + gap / 2, y0 + h / 2 + 0.12, lab, ha="center", va="bottom", fontsize=7, linespacing=1.1)
-    ax.add_patch(FancyArrowPatch((xs[-1] + w / 2, y0 - 0.05), (xs[0] + w / 2, y0 - 0.05), connectionstyle="arc3,rad=-0.12",
+    ax.add_patch(FancyArrowPatch((xs[-1] + w / 2, y0 - 0.05), (xs[0] + w / 2, y0 - 0.05),
+                                 connectionstyle="arc3,rad=-0.12",
                                  arrowstyle="-|>", mutation_scale=14, ls="--", color="#7b3294"))
     ax.text((xs[0] + xs[-1] + w) / 2, y0 - 1.05, counts.get("loop", "the distilled agent re-enters the arena as a miner"), ha="center", fontsize=8, color="#7b3294")
     ax.set_xlim(-0.2, xs[-1] + w + 0.2); ax.set_ylim(-0.75, y0 + h + 0.2); ax.axis("off")
@@ -79,7 +84,8 @@ def arena_figure(races, weights, versions, axes=None):
     for s, c in STYLE_COLORS.items():
         d = top[top["style"] == s]
         axes[0].scatter(d["day"], d["score"], color=c, label=s, s=40)
-    axes[0].set(title="Race winners by agent style", xlabel="day of the season", ylabel="final score (success x judge coefficient)")
+    axes[0].set(title="Race winners by agent style", xlabel="day of the season",
+                ylabel="final score (success x judge coefficient)")
     axes[0].legend(fontsize=8)
     w = weights.merge(versions.drop_duplicates("hotkey", keep="last")[["hotkey", "style"]], on="hotkey", how="left")
     share = w.pivot_table(index="day", columns="style", values="share", aggfunc="sum").fillna(0.0)
@@ -96,10 +102,12 @@ def judge_axis_figure(traces, decisions, axes=None):
     import matplotlib.pyplot as plt
     import pandas as pd
     if axes is None: _, axes = plt.subplots(1, 2, figsize=(12, 4))
-    q = pd.crosstab(traces["reasoning_quality"], traces["style"]).reindex(columns=[s for s in STYLE_COLORS if s in set(traces["style"])])
+    q = pd.crosstab(traces["reasoning_quality"], traces["style"]).reindex(columns=[s for s in STYLE_COLORS
+                                                                                   if s in set(traces["style"])])
     q.plot.bar(ax=axes[0], color=[STYLE_COLORS[s] for s in q.columns], rot=0)
     axes[0].set(title="Reasoning judge score by miner style", xlabel="reasoning quality (judge)", ylabel="traces")
-    m = pd.crosstab(decisions["style"], decisions["axis"]).reindex([s for s in STYLE_COLORS if s in set(decisions["style"])])
+    m = pd.crosstab(decisions["style"], decisions["axis"]).reindex([s for s in STYLE_COLORS
+                                                                    if s in set(decisions["style"])])
     m.plot.barh(ax=axes[1], stacked=True, color=["#55a868", "#c44e52"][: len(m.columns)])
     axes[1].set(title="Axis decision by hidden style", xlabel="trajectories", ylabel="miner style (simulation label)")
     return axes
@@ -118,8 +126,9 @@ def stages_figure(res: dict, stages: list[str], published: dict | None = None, a
     for i, v in enumerate(asr): ax.text(i, hi[i] + 1.5, f"{v:.1f}", ha="center", fontsize=8)
     for (label, v), c in zip((published or {}).items(), ("#c44e52", "#8172b2", "#937860", "#55a868")):
         ax.axhline(v, ls="--", lw=1, color=c, label=f"{label}: {v:g}")
-    ax.set_xticks(x, [STAGE_LABELS.get(s, s) for s in stages], rotation=20, fontsize=8)
-    ax.set(ylim=(0, 100), ylabel="held-out ASR, production-strict (%)", title="Every stage on the held-out partition (Wilson 95%)" + (f"\n{label}" if label else ""))
+    ax.set_xticks(x, [stage_label(s) for s in stages], rotation=20, fontsize=8)
+    ax.set(ylim=(0, 100), ylabel="held-out ASR, production-strict (%)",
+           title="Every stage on the held-out partition (Wilson 95%)" + (f"\n{label}" if label else ""))
     if published: ax.legend(fontsize=7, loc="upper left")
     return ax
 
@@ -132,8 +141,9 @@ def pass_at_k_figure(by_stage: dict, ks=(1, 2, 4, 8), ax=None, label: str | None
     for s, eps in by_stage.items():
         ys = np.array(pass_at_k_curve(eps, ks)) * 100
         top = max(top, np.nanmax(ys) if np.isfinite(ys).any() else 0.0)
-        ax.plot(ks, ys, marker="o", label=STAGE_LABELS.get(s, s))
-    ax.set(xscale="log", xlabel="k (samples per problem)", ylabel="pass@k (%)", title="pass@k on the held-out partition" + (f"\n{label}" if label else ""),
+        ax.plot(ks, ys, marker="o", label=stage_label(s))
+    ax.set(xscale="log", xlabel="k (samples per problem)", ylabel="pass@k (%)",
+           title="pass@k on the held-out partition" + (f"\n{label}" if label else ""),
            ylim=(0, max(10.0, top * 1.15)))  # a percentage: never below 0, and a flat zero line stays readable
     ax.set_xticks(list(ks), [str(k) for k in ks])
     ax.minorticks_off()
@@ -153,9 +163,10 @@ def category_figure(res: dict, stages: list[str], categories: list[str], ax=None
             if k not in res: continue
             xs.append(i + j * width); ys.append(res[k] * 100); lo.append(res[k + ".lo"] * 100); hi.append(res[k + ".hi"] * 100)
         ys, lo, hi = np.array(ys), np.array(lo), np.array(hi)
-        ax.bar(xs, ys, width, label=STAGE_LABELS.get(s, s))
+        ax.bar(xs, ys, width, label=stage_label(s))
         ax.errorbar(xs, ys, yerr=[ys - lo, hi - ys], fmt="none", ecolor="black", capsize=2, lw=0.8)
     ax.set_xticks(np.arange(len(categories)) + width * (len(stages) - 1) / 2, categories)
-    ax.set(ylim=(0, 100), ylabel="held-out ASR, production-strict (%)", title="Per-category ASR by stage (Wilson 95%)" + (f"\n{label}" if label else ""))
+    ax.set(ylim=(0, 100), ylabel="held-out ASR, production-strict (%)",
+           title="Per-category ASR by stage (Wilson 95%)" + (f"\n{label}" if label else ""))
     ax.legend(fontsize=7)
     return ax

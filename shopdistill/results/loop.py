@@ -12,11 +12,12 @@ import itertools
 import time
 from dataclasses import dataclass, replace
 from ..arena.miners import MinerSpec, VARIANTS
-from ..arena.rules import ArenaSettings
-from ..arena.season import AgentVersion, ArenaTracesSettings, Season, clear_state, fake_hotkey, race_bank, run_work, set_state
+from ..mechanics.rules import ArenaSettings
+from ..arena.season import (AgentVersion, ArenaTracesSettings, Season, clear_state, fake_hotkey, race_bank,
+                                      run_work, set_state)
 from ..arena.tool_client import current_client, episode_env
 from ..core.progress import progress as progress_bar
-from ..core.run import STAGES, Run, TrainFolder
+from ..core.run import Run, TrainFolder, stage_names
 from .tex import Quoted, booktabs
 from ..sandbox.catalog import CatalogSettings
 from ..sandbox.profile import load_sandbox
@@ -32,7 +33,8 @@ class LoopSettings:
     "The `loop` section of a profile: the distilled checkpoint as a miner for one season."
     enabled: bool = True
     days: int = 0  # races it runs in (0: the profile's season length, arena_traces.days)
-    stage: str = "last"  # the checkpoint: a stage folder under train/, or "last" (the last stage of the recipe that has a model)
+    # the checkpoint: a stage folder under train/, or "last" (the last stage of the recipe that has a model)
+    stage: str = "last"
     temperature: float = 0.0  # greedy: a deterministic agent
     top_p: float = 1.0
     max_new_tokens: int = 0  # per turn (0: train.rollout.max_new_tokens)
@@ -42,9 +44,10 @@ class LoopSettings:
 
 
 def last_checkpoint_stage(train: TrainFolder) -> str:
-    "The last stage of the recipe (`core.run.STAGES`) that has a policy in `train` (a run's `train()` folder)."
-    found = [s for s in STAGES if train.stage(s).has_policy]
-    if not found: raise FileNotFoundError(f"no stage checkpoint under {train.path}: run chapters 05 and 06 (nbs/05_supervised_stack/, nbs/06_dr_grpo/) first")
+    "The last stage of the recipe (`core.run.RECIPE`) that has a policy in `train` (a run's `train()` folder)."
+    found = [s for s in stage_names() if train.stage(s).has_policy]
+    if not found: raise FileNotFoundError(f"no stage checkpoint under {train.path}: run chapters 05 and 06 "
+                                          f"(nbs/05_supervised_stack/, nbs/06_dr_grpo/) first")
     return found[-1]
 
 # %% ../../nbs/07_results/05_loop.ipynb #4a5b8f0f
@@ -59,12 +62,14 @@ class GreedyMemo:
         return hashlib.blake2b(repr((list(prompt), max_new_tokens)).encode(), digest_size=16).digest()
 
     def __call__(self, model, prompts, *, max_new_tokens: int, temperature: float, **kw):
-        if temperature > 0: return self.generate(model, prompts, max_new_tokens=max_new_tokens, temperature=temperature, **kw)
+        if temperature > 0: return self.generate(model, prompts, max_new_tokens=max_new_tokens,
+                                                 temperature=temperature, **kw)
         keys = [self.key(p, max_new_tokens) for p in prompts]
         todo = [i for i, k in enumerate(keys) if k not in self.memo]
         if todo:  # per-row arguments (seeds, KV keys) follow their rows
             rows = {n: [v[i] for i in todo] if n in ("seeds", "keys") and v is not None else v for n, v in kw.items()}
-            outs = self.generate(model, [prompts[i] for i in todo], max_new_tokens=max_new_tokens, temperature=temperature, **rows)
+            outs = self.generate(model, [prompts[i] for i in todo], max_new_tokens=max_new_tokens,
+                                 temperature=temperature, **rows)
             for i, o in zip(todo, outs): self.memo[keys[i]] = list(o)
         self.hits, self.misses = self.hits + len(keys) - len(todo), self.misses + len(todo)
         return [list(self.memo[k]) for k in keys]
@@ -76,26 +81,32 @@ class _MinerTurns(TurnHook):
 
     def generated(self, ep, prompt, completion):
         m = self.miner
-        self.client.simulate_inference(prompt, m.tok.decode(completion, skip_special_tokens=True), max_tokens=m.max_new_tokens,
+        self.client.simulate_inference(prompt, m.tok.decode(completion, skip_special_tokens=True),
+                                       max_tokens=m.max_new_tokens,
                                        tokens_per_s=m.tokens_per_s)
         m.turns += 1
 
     def played(self, ep, msg, results):
         calls = [(c["function"]["name"], c["function"]["arguments"]) for c in msg["tool_calls"]]
-        self.steps.append(self.client.record_step(think=msg.get("reasoning_content") or "", response=msg.get("content") or "",
-                                                  tool_calls=[{"name": n, "parameters": a, "result": r} for (n, a), r in zip(calls, results)]))
+        self.steps.append(self.client.record_step(think=msg.get("reasoning_content") or "",
+                                                  response=msg.get("content") or "",
+                                                  tool_calls=[{"name": n, "parameters": a, "result": r}
+                                                              for (n, a), r in zip(calls, results)]))
 
 
 class CheckpointMiner:
     "A trained policy behind SN15's `agent_main(problem) -> steps`, its tools and model calls through the installed tool client."
     def __init__(self, model, tok, *, step_cap: int = 25, max_new_tokens: int = 192, max_prompt_tokens: int = 4096,
-                 temperature: float = 0.0, top_p: float = 1.0, tokens_per_s: float = 60.0, seed: int = 0, backend: str = "transformers",
+                 temperature: float = 0.0, top_p: float = 1.0, tokens_per_s: float = 60.0, seed: int = 0,
+                 backend: str = "transformers",
                  kv_reuse: bool | None = None):
         # `backend`: a rollout backend's name, or a function with their signature (tests script completions with one)
         self.model, self.tok, self.generate = model, tok, backend if callable(backend) else BACKENDS[backend]
-        if temperature == 0: self.generate = GreedyMemo(self.generate)  # validators replay the suite: each turn runs once
-        # a problem's KV cache kept between its turns, so each turn prefills only what the last one added (as chapter 05's
-        # rollouts do); None: on for the transformers backend (vLLM's prefix cache does this itself), off for a scripted one
+        # validators replay the suite: each turn runs once
+        if temperature == 0: self.generate = GreedyMemo(self.generate)
+        # a problem's KV cache kept between its turns, so each turn prefills only what the last one added (as
+        # chapter 05's rollouts do); None: on for the transformers backend (vLLM's prefix cache does this
+        # itself), off for a scripted one
         self.kv = KVStore() if (kv_reuse if kv_reuse is not None else backend == "transformers") else None
         self._episode = itertools.count()
         self.step_cap, self.max_new_tokens, self.max_prompt_tokens = step_cap, max_new_tokens, max_prompt_tokens
@@ -107,9 +118,11 @@ class CheckpointMiner:
     def agent_main(self, problem: dict) -> list:
         client = current_client()
         pid = problem.get("problem_id", problem.get("id", ""))  # what SN15 hands an agent: problem_id, query, category
-        ep = new_episode({"id": pid, "query": problem["query"]}, 0, episode_env(client, self.step_cap), f"{pid}#{next(self._episode)}")
+        ep = new_episode({"id": pid, "query": problem["query"]}, 0, episode_env(client, self.step_cap),
+                         f"{pid}#{next(self._episode)}")
         hook = _MinerTurns(self, client)
-        turns = Turns(self.tok, self.tools, temperature=self.temperature, top_p=self.top_p, seed=self.seed, greedy_first=False,
+        turns = Turns(self.tok, self.tools, temperature=self.temperature, top_p=self.top_p, seed=self.seed,
+                      greedy_first=False,
                       max_new_tokens=self.max_new_tokens, max_prompt_tokens=self.max_prompt_tokens, hook=hook)
         try: play_rounds(self.generate, self.model, [ep], turns, batch_size=1, kv=self.kv)
         finally:
@@ -154,16 +167,22 @@ def placing(races, entrant: str) -> list[dict]:
         if not len(me): continue
         row = me.iloc[0]
         race = d[(d["phase"] == "race") & (d["agent_version_id"] == entrant)]
-        # competition ranking: ties share a place (1 + the versions that scored strictly higher), no tie-break by version id
-        out.append({"day": int(day), "qualifying_rank": 1 + int((q["score"] > row["score"]).sum()), "entrants": int(len(q)), "score": float(row["score"]),
-                    "success_rate": float(row["success_rate"]), "leader_score": float(q["score"].max()), "qualified": bool(row["qualified"]),
+        # competition ranking: ties share a place (1 + the versions that scored strictly higher), no tie-break
+        # by version id
+        out.append({"day": int(day), "qualifying_rank": 1 + int((q["score"] > row["score"]).sum()),
+                    "entrants": int(len(q)), "score": float(row["score"]),
+                    "success_rate": float(row["success_rate"]), "leader_score": float(q["score"].max()),
+                    "qualified": bool(row["qualified"]),
                     "race_rank": int(race["rank"].iloc[0]) if len(race) and race["rank"].notna().iloc[0] else None,
-                    "race_entrants": int((d["phase"] == "race").sum()), "weight": float(race["weight"].iloc[0]) if len(race) else 0.0})
+                    "race_entrants": int((d["phase"] == "race").sum()),
+                    "weight": float(race["weight"].iloc[0]) if len(race) else 0.0})
     return out
 
 # %% ../../nbs/07_results/05_loop.ipynb #2efb9349
-def run_loop(run: Run, traces: ArenaTracesSettings, rules: ArenaSettings, catalog: CatalogSettings, search: SearchSettings,
-             tasks: TaskSettings, rollout: RolloutSettings, settings: LoopSettings, model, tok, progress: bool = True) -> dict:
+def run_loop(run: Run, traces: ArenaTracesSettings, rules: ArenaSettings, catalog: CatalogSettings,
+             search: SearchSettings,
+             tasks: TaskSettings, rollout: RolloutSettings, settings: LoopSettings, model, tok,
+             progress: bool = True) -> dict:
     """One season of the arena (`traces`: section `arena_traces`, `rules`: section `arena`) on the sandbox of `run` (its three
     sections, as `load_sandbox` takes them) with `model` as a miner (`rollout`: section `train.rollout`, for the backend and
     the token budgets `settings` leaves at 0): its placing per day and a summary."""
@@ -173,20 +192,27 @@ def run_loop(run: Run, traces: ArenaTracesSettings, rules: ArenaSettings, catalo
     ro = rollout
     products, engine, found = load_sandbox(run, catalog, search, tasks)
     bank, labels, pools, suites = race_bank(found, products, rules, st)
-    miner = CheckpointMiner(model, tok, step_cap=st.step_cap, max_new_tokens=settings.max_new_tokens or ro.max_new_tokens,
-                            max_prompt_tokens=settings.max_prompt_tokens or ro.max_prompt_tokens, temperature=settings.temperature,
-                            top_p=settings.top_p, tokens_per_s=settings.tokens_per_s, seed=settings.seed, backend=ro.backend)
+    miner = CheckpointMiner(model, tok, step_cap=st.step_cap,
+                            max_new_tokens=settings.max_new_tokens or ro.max_new_tokens,
+                            max_prompt_tokens=settings.max_prompt_tokens or ro.max_prompt_tokens,
+                            temperature=settings.temperature,
+                            top_p=settings.top_p, tokens_per_s=settings.tokens_per_s, seed=settings.seed,
+                            backend=ro.backend)
     # its label in the season's tables: an agentic miner (it writes its own tool calls); the spec itself is never run
-    season = LoopSeason(st, rules, bank, labels, pools, suites, MinerSpec.make("agentic", sorted(VARIANTS["agentic"])[0]))
+    season = LoopSeason(st, rules, bank, labels, pools, suites,
+                        MinerSpec.make("agentic", sorted(VARIANTS["agentic"])[0]))
     set_state(products, engine, {p["id"]: p for p in bank}, st, agents={season.entrant.version_id: miner})
     writer, days = _CountingWriter(), []
-    if progress:  # the season decides how many problems the checkpoint plays (qualifying, then a race if it qualifies): no total
+    # the season decides how many problems the checkpoint plays (qualifying, then a race if it qualifies): no total
+    if progress:
         miner.bar = progress_bar(None, "loop: the checkpoint's problems", unit="problem")
     try:
         for d in range(st.days):
             days.append(season.day(d, lambda ws: map(run_work, ws), writer))
             if progress:
-                me = [r for r in season.race_rows if r["day"] == d and r["agent_version_id"] == season.entrant.version_id and r["phase"] == "qualifying"]
+                me = [r for r in season.race_rows
+                      if r["day"] == d and r["agent_version_id"] == season.entrant.version_id
+                      and r["phase"] == "qualifying"]
                 print(f"loop day {d + 1}/{st.days}: winner {days[-1]['winner']}; the checkpoint scored {me[0]['score']:.3f} "
                       f"({'qualified' if me[0]['qualified'] else 'did not qualify'}), {time.time() - t0:.0f} s", flush=True)
     finally:
@@ -195,20 +221,26 @@ def run_loop(run: Run, traces: ArenaTracesSettings, rules: ArenaSettings, catalo
     races = pd.DataFrame(season.race_rows)
     place = placing(races, season.entrant.version_id)
     summary = {"days": len(place), "qualified_days": sum(p["qualified"] for p in place),
-               "best_qualifying_rank": min(p["qualifying_rank"] for p in place), "median_qualifying_rank": float(pd.Series([p["qualifying_rank"] for p in place]).median()),
-               "entrants_median": float(pd.Series([p["entrants"] for p in place]).median()), "mean_score": float(pd.Series([p["score"] for p in place]).mean()),
+               "best_qualifying_rank": min(p["qualifying_rank"] for p in place),
+               "median_qualifying_rank": float(pd.Series([p["qualifying_rank"] for p in place]).median()),
+               "entrants_median": float(pd.Series([p["entrants"] for p in place]).median()),
+               "mean_score": float(pd.Series([p["score"] for p in place]).mean()),
                "mean_leader_score": float(pd.Series([p["leader_score"] for p in place]).mean()),
-               "success_rate": float(pd.Series([p["success_rate"] for p in place]).mean()), "weight_total": float(sum(p["weight"] for p in place)),
-               "model_calls": miner.turns, "turns_from_memory": getattr(miner.generate, "hits", 0), "traces": writer.envelopes, "seconds": round(time.time() - t0, 1)}
+               "success_rate": float(pd.Series([p["success_rate"] for p in place]).mean()),
+               "weight_total": float(sum(p["weight"] for p in place)),
+               "model_calls": miner.turns, "turns_from_memory": getattr(miner.generate, "hits", 0),
+               "traces": writer.envelopes, "seconds": round(time.time() - t0, 1)}
     return {"summary": summary, "placing": place, "races": races, "entrant": season.entrant.version_id}
 
 # %% ../../nbs/07_results/05_loop.ipynb #3aa05aa9
 def loop_results(summary: dict, place: list[dict]) -> dict:
     "Named numbers of the loop season (`run_loop`): the checkpoint's placing, per day and in summary."
-    out = {f"loop.{k}": v for k, v in summary.items() if k != "seconds"}  # seconds vary between runs; results.json does not
+    # seconds vary between runs; results.json does not
+    out = {f"loop.{k}": v for k, v in summary.items() if k != "seconds"}
     for p in place:
         out[f"loop.day{p['day'] + 1}.day"] = p["day"] + 1
-        for k in ("qualifying_rank", "entrants", "score", "leader_score", "success_rate", "qualified", "race_rank", "weight"):
+        for k in ("qualifying_rank", "entrants", "score", "leader_score", "success_rate", "qualified",
+                  "race_rank", "weight"):
             out[f"loop.day{p['day'] + 1}.{k}"] = p[k]
     return out
 
@@ -219,10 +251,13 @@ def loop_table(q: Quoted, place: list[dict]) -> str:
     for p in place:
         d = f"loop.day{p['day'] + 1}"
         race = q.run(d + ".race_rank", "{:d}") if p["race_rank"] is not None else ("qualified" if p["qualified"] else "did not qualify")
-        rows.append(["day " + q.run(d + ".day", "{:d}"), q.run(d + ".qualifying_rank", "{:d}") + " of " + q.run(d + ".entrants", "{:d}"), q.run(d + ".score", "{:.3f}"),
+        rows.append(["day " + q.run(d + ".day", "{:d}"),
+                     q.run(d + ".qualifying_rank", "{:d}") + " of " + q.run(d + ".entrants", "{:d}"),
+                     q.run(d + ".score", "{:.3f}"),
                      q.run(d + ".success_rate", "{:.1f}", 100), q.run(d + ".leader_score", "{:.3f}"), race])
     return booktabs(["", "qualifying rank", "score", "success %", "leader's score", "race"], rows,
-                    "The distilled checkpoint as a miner in the simulated arena, day by day (Figure 1's loop); ties share a place.", "tab:loop", align="lrrrrl")
+                    "The distilled checkpoint as a miner in the simulated arena, day by day (Figure 1's loop); "
+                    "ties share a place.", "tab:loop", align="lrrrrl")
 
 
 def loop_figure(place: list[dict], qualify_fraction: float, axes=None):
@@ -232,9 +267,11 @@ def loop_figure(place: list[dict], qualify_fraction: float, axes=None):
     days = [p["day"] + 1 for p in place]
     lead = [p["leader_score"] for p in place]
     axes[0].plot(days, lead, marker="o", color="#4c72b0", label="day's leader")
-    axes[0].plot(days, [qualify_fraction * v for v in lead], ls="--", color="#8c8c8c", label=f"qualifying bar ({qualify_fraction:.0%} of the leader)")
+    axes[0].plot(days, [qualify_fraction * v for v in lead], ls="--", color="#8c8c8c",
+                 label=f"qualifying bar ({qualify_fraction:.0%} of the leader)")
     axes[0].plot(days, [p["score"] for p in place], marker="s", color="#7b3294", label="distilled checkpoint")
-    axes[0].set(title="Qualifying score on the public suite", xlabel="day of the loop season", ylabel="final score (success x judge coefficient)",
+    axes[0].set(title="Qualifying score on the public suite", xlabel="day of the loop season",
+                ylabel="final score (success x judge coefficient)",
                 ylim=(-0.02, max(lead + [0.1]) * 1.1))
     axes[0].legend(fontsize=8)
     axes[1].bar(days, [p["entrants"] for p in place], color="#dddddd", label="entrants")

@@ -38,7 +38,8 @@ _MID_LETTER = [0x3A, 0xB7, 0x387, 0x55F, 0x5F4, 0x2027, 0xFE13, 0xFE55, 0xFF1A]
 
 _MID_NUM_LET = [0x2E, 0x2018, 0x2019, 0x2024, 0xFE52, 0xFF07, 0xFF0E]
 
-_MID_NUM = [0x2C, 0x3B, 0x37E, 0x589, 0x60C, 0x60D, 0x66C, 0x7F8, 0x2044, 0xFE10, 0xFE14, 0xFE50, 0xFE54, 0xFF0C, 0xFF1B]
+_MID_NUM = [0x2C, 0x3B, 0x37E, 0x589, 0x60C, 0x60D, 0x66C, 0x7F8, 0x2044, 0xFE10, 0xFE14, 0xFE50, 0xFE54, 0xFF0C,
+            0xFF1B]
 
 _EXTEND_NUM_LET_EXTRA = [0x202F]
 
@@ -155,7 +156,8 @@ def tokenize(text: str) -> list:
     return toks
 
 _ASCII_PATTERN = re.compile(
-    r"_*(?:(?:[0-9](?:_*[0-9]|[,;.'][0-9])*|[a-z](?:_*[a-z]|[:.'][a-z])*)+)(?:_+(?:[0-9](?:_*[0-9]|[,;.'][0-9])*|[a-z](?:_*[a-z]|[:.'][a-z])*)+)*_*")
+    r"_*(?:(?:[0-9](?:_*[0-9]|[,;.'][0-9])*|[a-z](?:_*[a-z]|[:.'][a-z])*)+)"
+    r"(?:_+(?:[0-9](?:_*[0-9]|[,;.'][0-9])*|[a-z](?:_*[a-z]|[:.'][a-z])*)+)*_*")
 
 # %% ../../nbs/01_shopping_sandbox/01_analyzer.ipynb #b1b0249b
 class _Porter:
@@ -240,7 +242,8 @@ def step2(self: _Porter):  # y -> i after a vowel
 
 # %% ../../nbs/01_shopping_sandbox/01_analyzer.ipynb #40962824
 _Porter._STEP3 = {"a": (("ational", "ate"), ("tional", "tion")), "c": (("enci", "ence"), ("anci", "ance")),
-                  "e": (("izer", "ize"),), "l": (("bli", "ble"), ("alli", "al"), ("entli", "ent"), ("eli", "e"), ("ousli", "ous")),
+                  "e": (("izer", "ize"),),
+                  "l": (("bli", "ble"), ("alli", "al"), ("entli", "ent"), ("eli", "e"), ("ousli", "ous")),
                   "o": (("ization", "ize"), ("ation", "ate"), ("ator", "ate")),
                   "s": (("alism", "al"), ("iveness", "ive"), ("fulness", "ful"), ("ousness", "ous")),
                   "t": (("aliti", "al"), ("iviti", "ive"), ("biliti", "ble")), "g": (("logi", "log"),)}
@@ -318,7 +321,8 @@ class Analyzer:
         if t != 0: return t
         w = token[:-2] if token.endswith(_POSSESSIVE) else token
         t = None if w in STOP_WORDS else porter_stem(w)
-        if len(self._terms) < 2_000_000: self._terms[token] = t  # the vocabulary of a catalog; bounded for hostile input
+        # the vocabulary of a catalog; bounded for hostile input
+        if len(self._terms) < 2_000_000: self._terms[token] = t
         return t
 
     def tokens(self, text: str) -> list:

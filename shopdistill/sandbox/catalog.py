@@ -37,7 +37,8 @@ class CatalogSettings:
 # %% ../../nbs/01_shopping_sandbox/00_catalog.ipynb #fc06d155
 SERVICES = ("official", "freeShipping", "COD", "flashsale")
 
-SERVICE_NAMES = {"official": "LazMall", "freeShipping": "free shipping", "COD": "cash on delivery", "flashsale": "LazFlash"}
+SERVICE_NAMES = {"official": "LazMall", "freeShipping": "free shipping", "COD": "cash on delivery",
+                 "flashsale": "LazFlash"}
 
 PRODUCT_FIELDS = ("product_id", "shop_id", "brand", "category", "title", "short_description", "description",
                   "specification", "price", "sold_count", "sku_options", "attributes", "main_image_url",
@@ -196,7 +197,8 @@ def _texts(r, noun: str, brand: str, attrs: dict, opts: dict):
     keys = sorted({k for o in opts.values() for k in o})
     desc = (f"{brand or 'This'} {noun} is made for everyday use. "
             + (f"Available in {len(opts)} variants ({', '.join(keys)}). " if opts else "")
-            + r.choice(["Ships within 24 hours.", "Sealed and brand new.", "Satisfaction guaranteed.", "Limited stocks."]))
+            + r.choice(["Ships within 24 hours.", "Sealed and brand new.", "Satisfaction guaranteed.",
+                        "Limited stocks."]))
     spec = "\n".join(f"{k}: {', '.join(v)}" for k, v in attrs.items())
     return short, desc, spec
 
@@ -271,14 +273,16 @@ def normalise_product(raw: dict) -> dict:
     if not isinstance(raw, dict): raise ValueError(f"record is {type(raw).__name__}, not an object")
     pid = raw.get("product_id", raw.get("id"))
     if isinstance(pid, int) and not isinstance(pid, bool): pid = str(pid)
-    if not isinstance(pid, str) or not _DIGITS.match(pid): raise ValueError(f"product_id {pid!r} is not a string of digits")
+    if not isinstance(pid, str) or not _DIGITS.match(pid):
+        raise ValueError(f"product_id {pid!r} is not a string of digits")
     title = raw.get("title")
     if not isinstance(title, str) or not title.strip(): raise ValueError("title missing or empty")
     try: price = float(raw.get("price"))
     except (TypeError, ValueError): raise ValueError(f"price {raw.get('price')!r} is not a number") from None
     if not math.isfinite(price) or price < 0: raise ValueError(f"price {price} is not a finite non-negative number")
     try: sold = int(raw.get("sold_count") or 0)
-    except (TypeError, ValueError): raise ValueError(f"sold_count {raw.get('sold_count')!r} is not an integer") from None
+    except (TypeError, ValueError):
+        raise ValueError(f"sold_count {raw.get('sold_count')!r} is not an integer") from None
     opts = raw.get("sku_options") or {}
     if isinstance(opts, list): opts = {str(i + 1): o for i, o in enumerate(opts)}
     if not isinstance(opts, dict) or not all(isinstance(o, dict) for o in opts.values()):
@@ -290,7 +294,8 @@ def normalise_product(raw: dict) -> dict:
     if isinstance(svc, str): svc = [s.strip() for s in svc.split(",")]
     if not isinstance(svc, list): raise ValueError("service is not a list")
     return {"product_id": pid, "shop_id": str(raw.get("shop_id") or ""), "brand": _text(raw.get("brand")),
-            "category": _text(raw.get("category")), "title": _text(title), "short_description": _text(raw.get("short_description")),
+            "category": _text(raw.get("category")), "title": _text(title),
+            "short_description": _text(raw.get("short_description")),
             "description": _text(raw.get("description")), "specification": _text(raw.get("specification")),
             "price": price, "sold_count": sold,
             "sku_options": {str(k): {str(a).lower(): str(b).lower() for a, b in o.items()} for k, o in opts.items()},
@@ -309,7 +314,8 @@ def iter_catalog_file(path, ledger: Ledger | None = None) -> Iterator[dict]:
         while True:
             n += 1
             try: raw = f.readline()
-            except (EOFError, OSError, gzip.BadGzipFile, zlib.error) as e:  # a truncated or corrupt archive ends the stream
+            # a truncated or corrupt archive ends the stream
+            except (EOFError, OSError, gzip.BadGzipFile, zlib.error) as e:
                 ledger.reject(path, n, "unreadable", detail=f"{type(e).__name__}: {e}"[:200]); return
             if not raw: return
             try: line = raw.decode("utf-8")
@@ -331,10 +337,12 @@ def write_catalog(products: Iterable[dict], path) -> int:
     # a killed run leaves the old catalog or none, never half of one
     with written_whole(path) as tmp, open(tmp, "wb") as out:
         # the final name and mtime=0 in the gzip header keep the file byte-identical across runs
-        raw = gzip.GzipFile(filename=str(path), fileobj=out, mode="wb", compresslevel=5, mtime=0) if path.suffix == ".gz" else out
+        raw = gzip.GzipFile(filename=str(path), fileobj=out, mode="wb",
+                            compresslevel=5, mtime=0) if path.suffix == ".gz" else out
         with raw, io.TextIOWrapper(raw, encoding="utf-8") as f:
             for p in products:
-                f.write(json.dumps({"id": p["product_id"], "contents": indexed_text(p), "product": p}, ensure_ascii=False) + "\n")
+                f.write(json.dumps({"id": p["product_id"], "contents": indexed_text(p), "product": p},
+                                   ensure_ascii=False) + "\n")
                 n += 1
     return n
 
@@ -361,7 +369,7 @@ class Catalog:
     def __contains__(self, pid): return self.position(pid) is not None
     def __repr__(self): return f"{type(self).__name__}({len(self)} products)"
 
-
+# %% ../../nbs/01_shopping_sandbox/00_catalog.ipynb #4eddcecd
 class DiskCatalog(Catalog):
     "A catalog stored as `products.jsonl` + `offsets.npy` + `ids.npy` in a folder, read lazily through mmap."
     def __init__(self, folder):
@@ -386,7 +394,8 @@ class DiskCatalog(Catalog):
     def position(self, pid) -> int | None:
         key = str(pid).encode()
         if not _DIGITS.match(str(pid)) or len(key) > self._ids.dtype.itemsize: return None
-        j = int(np.searchsorted(self._ids[self._order], key)) if len(self) < 50_000 else _search(self._ids, self._order, key)
+        j = (int(np.searchsorted(self._ids[self._order], key)) if len(self) < 50_000
+             else _search(self._ids, self._order, key))
         return int(self._order[j]) if j < len(self) and self._ids[self._order[j]] == key else None
 
 
@@ -416,7 +425,8 @@ def save_catalog_store(products: Iterable[dict], folder) -> DiskCatalog:
     return DiskCatalog(folder)
 
 
-def load_catalog(path, ledger: Ledger | None = None, in_memory: bool | None = None, allow_empty: bool = True) -> Catalog:
+def load_catalog(path, ledger: Ledger | None = None, in_memory: bool | None = None,
+                 allow_empty: bool = True) -> Catalog:
     """Open a catalog: a `DiskCatalog` folder, or a documents.jsonl(.gz) / products JSONL file.
 
     A file is loaded into memory, or (`in_memory=False`) converted once into a store folder next to it.
@@ -430,7 +440,8 @@ def load_catalog(path, ledger: Ledger | None = None, in_memory: bool | None = No
         return cat
     path = Path(path)
     if path.is_dir():
-        if not (path / "offsets.npy").exists(): raise FileNotFoundError(f"{path} is a folder but not a catalog store (no offsets.npy)")
+        if not (path / "offsets.npy").exists():
+            raise FileNotFoundError(f"{path} is a folder but not a catalog store (no offsets.npy)")
         return DiskCatalog(path)
     if not path.exists(): raise FileNotFoundError(f"catalog file {path} does not exist")
     if in_memory is None: in_memory = path.stat().st_size < 200_000_000

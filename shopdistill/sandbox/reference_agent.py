@@ -34,7 +34,8 @@ free pay delivery deal perks design range recommend recommendation recommendatio
 
 _SERVICE_PATTERNS = [("official", r"lazmall|official store|official shop|\bmall\b"),
                      ("freeShipping", r"free[- ]?shipping|free delivery|ships? (?:for )?free"),
-                     ("COD", r"cash[- ]on[- ]delivery|\bcod\b|pay[- ]on[- ]delivery"), ("flashsale", r"lazflash|flash ?sale")]
+                     ("COD", r"cash[- ]on[- ]delivery|\bcod\b|pay[- ]on[- ]delivery"),
+                     ("flashsale", r"lazflash|flash ?sale")]
 
 _NUM = r"(\d+(?:,\d{3})*(?:\.\d+)?)"
 
@@ -49,7 +50,7 @@ def words(text: str) -> list[str]:
         out.append(w)
     return out
 
-
+# %% ../../nbs/01_shopping_sandbox/09_reference_agent.ipynb #176b1403
 @dataclass
 class Item:
     "One wanted product: its description words and the search filters read from its text."
@@ -59,12 +60,17 @@ class Item:
 
     @functools.cached_property
     def keywords(self) -> list[str]:
-        return [w for w in dict.fromkeys(words(_strip_constraint_phrases(self.text))) if w not in _STOP and not w.replace(".", "").isdigit()]
+        return [w for w in dict.fromkeys(words(_strip_constraint_phrases(self.text)))
+                if w not in _STOP and not w.replace(".", "").isdigit()]
 
 
 def _strip_constraint_phrases(text: str) -> str:
-    t = re.sub(rf"(?:priced |costing |that costs? |with a price )?(?:between|from) (?:php ?|₱)?{_NUM}\s*(?:pesos?|php)? (?:and|to|-) (?:php ?|₱)?{_NUM}\s*(?:pesos?|php)?", " ", text, flags=re.I)
-    t = re.sub(rf"(?:under|below|less than|cheaper than|at most|no more than|up to|above|over|more than|greater than|at least|exceeding|higher than)\s*(?:php ?|₱)?{_NUM}\s*(?:pesos?|php)?", " ", t, flags=re.I)
+    t = re.sub(r"(?:priced |costing |that costs? |with a price )?(?:between|from) "
+               rf"(?:php ?|₱)?{_NUM}\s*(?:pesos?|php)? (?:and|to|-) (?:php ?|₱)?{_NUM}\s*(?:pesos?|php)?",
+               " ", text, flags=re.I)
+    t = re.sub(r"(?:under|below|less than|cheaper than|at most|no more than|up to|above|over|more than|"
+               rf"greater than|at least|exceeding|higher than)\s*(?:php ?|₱)?{_NUM}\s*(?:pesos?|php)?",
+               " ", t, flags=re.I)
     for _, pat in _SERVICE_PATTERNS: t = re.sub(pat, " ", t, flags=re.I)
     return t
 
@@ -75,8 +81,11 @@ def parse_price(text: str) -> str | None:
     m = re.search(rf"(?:between|from) (?:php ?|₱)?{_NUM}\s*(?:pesos?|php)? (?:and|to|-) (?:php ?|₱)?{_NUM}", t)
     if m: return f"{_num(m.group(1)):g}-{_num(m.group(2)):g}"
     lo = re.search(rf"(?:above|over|more than|greater than|at least|exceeding|higher than)\s*(?:php ?|₱)?{_NUM}", t)
-    hi = re.search(rf"(?:under|below|less than|cheaper than|at most|no more than|up to|lower than)\s*(?:php ?|₱)?{_NUM}", t)
-    if lo or hi: return f"{_num(lo.group(1)):g}-" if lo and not hi else (f"-{_num(hi.group(1)):g}" if hi and not lo else f"{_num(lo.group(1)):g}-{_num(hi.group(1)):g}")
+    hi = re.search(r"(?:under|below|less than|cheaper than|at most|no more than|up to|lower than)"
+                   rf"\s*(?:php ?|₱)?{_NUM}", t)
+    if lo or hi:
+        return f"{_num(lo.group(1)):g}-" if lo and not hi else (f"-{_num(hi.group(1)):g}" if hi and not lo
+                                                                 else f"{_num(lo.group(1)):g}-{_num(hi.group(1)):g}")
     return None
 
 
@@ -89,7 +98,8 @@ def parse_voucher(text: str) -> dict | None:
     b = re.search(r"budget is only `?" + _NUM, text)
     if not b: return None
     v = {"voucher_type": "shop" if re.search(r"same shop|one shop|single shop", text, re.I) else "platform",
-         "threshold": 0.0, "discount_type": None, "face_value": None, "discount": None, "cap": None, "budget": _num(b.group(1))}
+         "threshold": 0.0, "discount_type": None, "face_value": None, "discount": None, "cap": None,
+         "budget": _num(b.group(1))}
     m = re.search(r"exceeds `?" + _NUM, text)
     if m: v["threshold"] = _num(m.group(1))
     m = re.search(r"fixed discount of `?" + _NUM, text)
@@ -107,7 +117,8 @@ def basket_cost(prices: list[float], n_shops: int, v: dict | None) -> float:
 
 
 _MARKERS = (r"\(\d\)", r"(?:^|\n)\s*\d[.)]\s",
-            r"(?:^|(?<=[.:;!?])\s*)\b(?:First(?:ly)?|Second(?:ly)?|Third(?:ly)?|Fourth(?:ly)?|Next|Then|Also|Additionally|Lastly|Finally|And (?:last(?:ly)?|finally))\b,?")
+            r"(?:^|(?<=[.:;!?])\s*)\b(?:First(?:ly)?|Second(?:ly)?|Third(?:ly)?|Fourth(?:ly)?|Next|Then|Also|"
+            r"Additionally|Lastly|Finally|And (?:last(?:ly)?|finally))\b,?")
 
 def split_items(query: str) -> list[str]:
     "The product descriptions of a multi-item request, in the order the request names them."
@@ -170,7 +181,9 @@ class ReferenceAgent:
         voucher = parse_voucher(query)
         texts = split_items(query)
         items = [Item(t, parse_price(t), parse_services(t)) for t in texts]
-        self._think(f"The request asks for {len(items)} product(s)" + (f"; budget {voucher['budget']:g} with a {voucher['discount_type']} {voucher['voucher_type']} voucher" if voucher else "") + ".")
+        self._think(f"The request asks for {len(items)} product(s)"
+                    + (f"; budget {voucher['budget']:g} with a {voucher['discount_type']} {voucher['voucher_type']} "
+                       "voucher" if voucher else "") + ".")
         cands = [self._candidates(it) for it in items]
         if len(items) > 1 and (voucher is None or voucher["voucher_type"] == "shop" or "shop" in query.lower()):
             picks = self._same_shop(items, cands)
@@ -199,7 +212,8 @@ def _call(self: ReferenceAgent, name: str, args: dict):
 
 @patch
 def _search(self: ReferenceAgent, q: str, item: Item, **extra) -> list[dict]:
-    args = {"q": q, **({"price": item.price} if item.price else {}), **({"service": ",".join(item.service)} if item.service else {}), **extra}
+    args = {"q": q, **({"price": item.price} if item.price else {}),
+            **({"service": ",".join(item.service)} if item.service else {}), **extra}
     hits = []
     for page in range(1, self.pages + 1):
         got = self._call("find_product", {**args, "page": page}) if page > 1 else self._call("find_product", args)
@@ -228,20 +242,24 @@ def _rank(self: ReferenceAgent, item: Item, hits: list[dict], info: dict) -> lis
 def _candidates(self: ReferenceAgent, item: Item, **extra) -> list[tuple]:
     kw = item.keywords
     q = " ".join(kw)
-    self._think(f"Searching for '{q}'" + (f" priced {item.price}" if item.price else "") + (f" with {', '.join(item.service)}" if item.service else "") + ".")
+    self._think(f"Searching for '{q}'" + (f" priced {item.price}" if item.price else "")
+                + (f" with {', '.join(item.service)}" if item.service else "") + ".")
     hits = self._search(q, item, **extra)
     tries = 0
     while len(hits) < 3 and tries < self.max_reformulations and len(kw) > 2:
         kw = kw[: max(2, len(kw) * 2 // 3)]  # keep the leading words: requests name the product first
         tries += 1
         self._think(f"Only {len(hits)} results; reformulating to '{' '.join(kw)}'.")
-        hits += [h for h in self._search(" ".join(kw), item, **extra) if h["product_id"] not in {x["product_id"] for x in hits}]
+        hits += [h for h in self._search(" ".join(kw), item, **extra)
+                 if h["product_id"] not in {x["product_id"] for x in hits}]
     if not hits: return []
     info = self._inspect(hits)
     ranked = self._rank(item, hits, info)
     if len(ranked) >= 2:
         (s1, p1), (s2, p2) = ranked[0], ranked[1]
-        self._think(f"Comparing {p1['product_id']} (score {s1:.2f}: constraints met, then words shared; {p1['price']:g} PHP) with {p2['product_id']} ({s2:.2f}, {p2['price']:g} PHP): {p1['product_id']} matches better.")
+        self._think(f"Comparing {p1['product_id']} (score {s1:.2f}: constraints met, then words shared; "
+                    f"{p1['price']:g} PHP) with {p2['product_id']} ({s2:.2f}, {p2['price']:g} PHP): "
+                    f"{p1['product_id']} matches better.")
     return ranked
 
 # %% ../../nbs/01_shopping_sandbox/09_reference_agent.ipynb #726d7501
@@ -277,7 +295,8 @@ def _fit_budget(self: ReferenceAgent, items, cands, picks, voucher) -> list:
     for i, c in enumerate(cands):
         if not c or not out[i]: continue
         top = int(c[0][0])  # same number of constraints met
-        same = [p for s, p in c if int(s) >= top and (voucher["voucher_type"] == "platform" or p["shop_id"] == out[i]["shop_id"])]
+        same = [p for s, p in c
+                if int(s) >= top and (voucher["voucher_type"] == "platform" or p["shop_id"] == out[i]["shop_id"])]
         if same: out[i] = min(same, key=lambda p: p["price"])
     self._think(f"Swapped to cheaper equally matching products: {after(out):.2f}.")
     return out

@@ -93,7 +93,8 @@ def _sku_attr_hits(product: dict, pairs) -> int:
     return max(sum((k, v) in s or (k, v) in attrs for k, v in pairs) for s in sets)
 
 
-def rule_score(product: dict, gold: dict, similarity: TitleSimilarity | None = None, threshold: float = 0.6) -> RuleResult:
+def rule_score(product: dict, gold: dict, similarity: TitleSimilarity | None = None,
+               threshold: float = 0.6) -> RuleResult:
     "ShoppingBench's rule for one recommended product against one gold dict."
     total = _constraint_counts(gold)
     if str(product.get("product_id")) == str(gold.get("product_id")):
@@ -116,7 +117,8 @@ OUTPUT_ROLES = ("think", "tool_call", "response")
 def parse_recommendation(raw) -> tuple[list[str], str | None]:
     "(ids, problem): ids split on ',', stripped, de-duplicated in order; problem says why nothing is scoreable."
     if raw is None: return [], "no output"
-    if isinstance(raw, list): return [], "recommend_product got a JSON list, not a comma-separated string (unscoreable upstream)"
+    if isinstance(raw, list):
+        return [], "recommend_product got a JSON list, not a comma-separated string (unscoreable upstream)"
     if not isinstance(raw, str): return [], f"recommend_product got {type(raw).__name__}, not a string"
     ids = list(dict.fromkeys(x.strip() for x in raw.split(",") if x.strip()))
     return ids, (None if ids else "empty recommendation")
@@ -148,12 +150,14 @@ def render_step(step: dict) -> str:
     "A step's model output as the tagged text the format reward reads."
     comp = step.get("completion") if isinstance(step, dict) else None
     msg = comp.get("message") if isinstance(comp, dict) else None
-    if not isinstance(msg, dict): return comp.get("content", "") if isinstance(comp, dict) and isinstance(comp.get("content"), str) else ""
+    if not isinstance(msg, dict):
+        return comp.get("content", "") if isinstance(comp, dict) and isinstance(comp.get("content"), str) else ""
     parts = []
     if msg.get("think") is not None: parts.append(f"<think>{msg['think']}</think>")
     if msg.get("tool_call") is not None:
         calls = msg["tool_call"]
-        calls = [{"name": c.get("name"), "parameters": c.get("parameters")} if isinstance(c, dict) else c for c in calls] if isinstance(calls, list) else calls
+        calls = ([{"name": c.get("name"), "parameters": c.get("parameters")} if isinstance(c, dict) else c
+                  for c in calls] if isinstance(calls, list) else calls)
         parts.append(f"<tool_call>{json.dumps(calls, ensure_ascii=False)}</tool_call>")
     if msg.get("response") is not None: parts.append(f"<response>{msg['response']}</response>")
     return "\n".join(parts)
@@ -163,7 +167,8 @@ def format_reward(text: str, roles=OUTPUT_ROLES) -> int:
     "1 if the tagged text is well formed: each present tag once and closed, think present, a tool call or a response, no nesting."
     spans = {}
     for r in roles:
-        opens, closes = [m.start() for m in re.finditer(f"<{r}>", text)], [m.start() for m in re.finditer(f"</{r}>", text)]
+        opens, closes = ([m.start() for m in re.finditer(f"<{r}>", text)],
+                         [m.start() for m in re.finditer(f"</{r}>", text)])
         if opens or closes:
             if len(opens) != 1 or len(closes) != 1 or opens[0] >= closes[0]: return 0
             spans[r] = (opens[0], closes[0])
@@ -174,7 +179,8 @@ def format_reward(text: str, roles=OUTPUT_ROLES) -> int:
         try: calls = json.loads(text[a + len("<tool_call>"):b])
         except ValueError: return 0
         if not isinstance(calls, list): return 0
-        if not all(isinstance(c, dict) and isinstance(c.get("name"), str) and isinstance(c.get("parameters"), dict) for c in calls): return 0
+        if not all(isinstance(c, dict) and isinstance(c.get("name"), str) and isinstance(c.get("parameters"), dict)
+                   for c in calls): return 0
     for r1, (a1, b1) in spans.items():
         for r2, (a2, b2) in spans.items():
             if r1 != r2 and (a1 < a2 < b1 or a1 < b2 < b1): return 0
@@ -191,14 +197,16 @@ def format_score(steps: list, scorer="production_strict") -> float:
     "Mean per-step format reward; production_strict halves a step without a valid timestamp."
     if not steps: return 0.0
     sc = get_scorer(scorer)
-    per = [format_reward(render_step(s)) * (0.5 if sc.timestamp_halving and not has_valid_timestamp(s) else 1.0) for s in steps]
+    per = [format_reward(render_step(s)) * (0.5 if sc.timestamp_halving and not has_valid_timestamp(s) else 1.0)
+           for s in steps]
     return float(sum(per) / len(steps))
 
 
 def length_reward(steps: list) -> float:
     "1/#steps when the last step called terminate, else 0."
     if not steps: return 0.0
-    return 1.0 / len(steps) if any(isinstance(c, dict) and c.get("name") == "terminate" for c in _tool_calls(steps[-1])) else 0.0
+    return 1.0 / len(steps) if any(isinstance(c, dict) and c.get("name") == "terminate"
+                                   for c in _tool_calls(steps[-1])) else 0.0
 
 # %% ../../nbs/01_shopping_sandbox/06_scoring.ipynb #e0fe2412
 def _lookup(catalog) -> Callable[[str], dict | None]:
@@ -258,7 +266,8 @@ def budget_ok(items: list[dict], voucher: dict) -> tuple[int, str | None]:
         total = sum(float(p["price"]) for p in items)
         after = None
     if total <= v["budget"]: return 1, None
-    applies = v["voucher_type"] == "platform" or (v["voucher_type"] == "shop" and len({p.get("shop_id") for p in items}) == 1)
+    applies = v["voucher_type"] == "platform" or (v["voucher_type"] == "shop"
+                                                  and len({p.get("shop_id") for p in items}) == 1)
     if not applies or total < v["threshold"]: return 0, None
     after = price_after_voucher(total, v) if after is None else after
     return int(after <= v["budget"]), None
@@ -270,7 +279,8 @@ def _golds(task) -> list[dict]: return [task["reward"]] if isinstance(task["rewa
 def _field_scores(rr: RuleResult | None, gold: dict) -> dict:
     "Per field: hits/total where the gold constrains it (0 when nothing resolved), None where it does not."
     total = _constraint_counts(gold)
-    return {f: (None if not total[f] else (rr.hits[f] / rr.total[f] if rr is not None and rr.total[f] else 0.0)) for f in FIELDS}
+    return {f: (None if not total[f] else (rr.hits[f] / rr.total[f] if rr is not None and rr.total[f] else 0.0))
+            for f in FIELDS}
 
 
 def _outcome(task: dict, row: dict, items: list[dict], sc: Scorer) -> dict:
@@ -299,7 +309,8 @@ def _outcome(task: dict, row: dict, items: list[dict], sc: Scorer) -> dict:
     return row
 
 # %% ../../nbs/01_shopping_sandbox/06_scoring.ipynb #ac6a71b1
-def score_task(task: dict, recommended, catalog=None, scorer="production_strict", similarity: TitleSimilarity | None = None,
+def score_task(task: dict, recommended, catalog=None, scorer="production_strict",
+               similarity: TitleSimilarity | None = None,
                gold_from_task: bool = True) -> dict:
     """Score one task. `recommended`: the recommendation string, a trajectory (list of steps), a JSON list
     (unscoreable), or None (no output). Returns a JSON-able row: ids, per-item scores, gt, rule, per-field
@@ -307,7 +318,8 @@ def score_task(task: dict, recommended, catalog=None, scorer="production_strict"
     a gold id the catalog lacks is not rebuilt from the task, it fails as "not in the catalog"."""
     sc, sim = get_scorer(scorer), similarity or default_similarity()
     thr, lookup, golds = sim.threshold(sc), _lookup(catalog), _golds(task)
-    row = {"id": task["id"], "category": task["category"], "query": task["query"], "has_output": recommended is not None,
+    row = {"id": task["id"], "category": task["category"], "query": task["query"],
+           "has_output": recommended is not None,
            "recommended": [], "problem": None, "error": None}
     if is_trajectory(recommended):
         row["format"], row["length"] = format_score(recommended, sc), length_reward(recommended)
@@ -323,12 +335,14 @@ def score_task(task: dict, recommended, catalog=None, scorer="production_strict"
         if prod is None and pid in gold_ids and gold_from_task:
             prod = {**gold_stand_in(golds[gold_ids[pid]], shop_of_gold), "own_position": gold_ids[pid] == i}
         item = {"position": i, "gold_id": gold["product_id"], "product_id": pid, "resolved": prod is not None,
-                "source": None if prod is None else ("task" if prod.get("stand_in") else "catalog"), "gt": 0, "rule": 0.0}
+                "source": None if prod is None else ("task" if prod.get("stand_in") else "catalog"),
+                "gt": 0, "rule": 0.0}
         rr = None
         if prod is not None:
             try: rr = rule_score(prod, gold, sim, thr)
             except NoScoreableConstraint as e:
-                if sc.zero_constraints == "error": row["error"] = f"reward[{i}]: {e} (upstream raises ZeroDivisionError)"
+                if sc.zero_constraints == "error":
+                    row["error"] = f"reward[{i}]: {e} (upstream raises ZeroDivisionError)"
                 rr = None
             if rr is not None: item.update(gt=rr.gt, rule=rr.rule)
         if prod is None and pid is not None:
@@ -369,7 +383,8 @@ def score_suite(tasks: list[dict], answers: dict, catalog=None, scorer="producti
                 similarity: TitleSimilarity | None = None, gold_from_task: bool = True) -> dict:
     "Score every task; the JSON-able report (overall, per category, and one row per task under `tasks`)."
     sc, sim = get_scorer(scorer), similarity or default_similarity()
-    if not isinstance(answers, dict): raise ValueError(f"answers must be an object mapping task id or query to ids, got {type(answers).__name__}")
+    if not isinstance(answers, dict):
+        raise ValueError(f"answers must be an object mapping task id or query to ids, got {type(answers).__name__}")
     if hasattr(sim, "add_embeddings"):
         for t in tasks:
             emb = t.get("extra", {}).get("reward_title_embeddings")
@@ -385,7 +400,8 @@ def score_suite(tasks: list[dict], answers: dict, catalog=None, scorer="producti
     cats = [c for c in TASK_CATEGORIES if any(r["category"] == c for r in rows)]
     report["per_category"] = {c: _aggregate([r for r in rows if r["category"] == c], sc) for c in cats}
     dens = {c: report["per_category"][c]["denominator"] for c in cats}
-    report["asr_weighted"] = (sum(report["per_category"][c]["asr"] * dens[c] for c in cats) / sum(dens.values())) if sum(dens.values()) else 0.0
+    report["asr_weighted"] = (sum(report["per_category"][c]["asr"] * dens[c] for c in cats) / sum(dens.values())
+                              if sum(dens.values()) else 0.0)
     unmatched = [k for k in answers if k not in used]
     report["unmatched_answers"] = len(unmatched)
     report["unmatched_answer_keys"] = unmatched[:20]
@@ -405,21 +421,25 @@ def read_answers(path) -> dict:
     try: answers = json.loads(Path(path).read_bytes().decode("utf-8"))
     except IsADirectoryError: raise InputError(path, "is a folder, not an answers file") from None
     except UnicodeDecodeError as e: raise InputError(path, f"not UTF-8 text (byte {e.start}: {e.reason})") from None
-    except json.JSONDecodeError as e: raise InputError(path, f"not valid JSON ({e.msg} at column {e.colno})", e.lineno) from None
+    except json.JSONDecodeError as e:
+        raise InputError(path, f"not valid JSON ({e.msg} at column {e.colno})", e.lineno) from None
     except RecursionError: raise InputError(path, "JSON nested too deeply") from None
     if not isinstance(answers, dict):
-        raise InputError(path, f"answers must be a JSON object mapping task id or query to product ids, not a JSON {_json_type(answers)}")
+        raise InputError(path, "answers must be a JSON object mapping task id or query to product ids, not a JSON "
+                               f"{_json_type(answers)}")
     if not answers: raise InputError(path, "no answers (an empty JSON object)")
     out = {}
     for k, v in answers.items():
-        if isinstance(v, list) and not is_trajectory(v) and all(isinstance(x, (str, int)) and not isinstance(x, bool) for x in v):
+        if isinstance(v, list) and not is_trajectory(v) and all(isinstance(x, (str, int)) and not isinstance(x, bool)
+                                                                for x in v):
             v = ",".join(str(x) for x in v)
         elif not (v is None or isinstance(v, str) or is_trajectory(v)):
-            raise InputError(path, f"answer for {k[:80]!r} is a JSON {_json_type(v)}; expected \"id1,id2\", a list of ids, a trajectory or null")
+            raise InputError(path, f"answer for {k[:80]!r} is a JSON {_json_type(v)}; expected \"id1,id2\", "
+                                   "a list of ids, a trajectory or null")
         out[k] = v
     return out
 
-
+# %% ../../nbs/01_shopping_sandbox/06_scoring.ipynb #c7dd92ff
 def score_report(tasks_path, catalog_path=None, answers_path=None, scorer="production_strict",
                  similarity: TitleSimilarity | None = None) -> dict:
     """`score_suite` from files: tasks (a file, a folder of task files, or a list of them), an optional catalog
@@ -433,14 +453,18 @@ def score_report(tasks_path, catalog_path=None, answers_path=None, scorer="produ
     if catalog_path is not None:
         ledger = Ledger()
         catalog = load_catalog(catalog_path, ledger, allow_empty=False)
-        info = {"path": str(catalog_path), "products": len(catalog), "skipped": len(ledger), "skipped_reasons": ledger.reasons(),
+        info = {"path": str(catalog_path), "products": len(catalog), "skipped": len(ledger),
+                "skipped_reasons": ledger.reasons(),
                 "skipped_lines": ledger.entries}
-        if len(ledger): warnings.append(f"{catalog_path}: {len(ledger)} catalog lines skipped {ledger.reasons()} (see catalog.skipped_lines)")
+        if len(ledger): warnings.append(f"{catalog_path}: {len(ledger)} catalog lines skipped {ledger.reasons()} "
+                                        "(see catalog.skipped_lines)")
     answers = read_answers(answers_path) if answers_path is not None else {}
     report = score_suite(tasks, answers, catalog, scorer, similarity, gold_from_task=catalog is None)
     n = report["unmatched_answers"]
-    if answers and n == len(answers): raise InputError(answers_path, f"none of its {n} answers matches a task id or query of the {len(tasks)} tasks")
+    if answers and n == len(answers):
+        raise InputError(answers_path, f"none of its {n} answers matches a task id or query of the {len(tasks)} tasks")
     if n: warnings.append(f"{answers_path}: {n} of {len(answers)} answers match no task (see unmatched_answer_keys)")
-    if report["not_in_catalog"]: warnings.append(f"{report['not_in_catalog']} recommended ids are not in the catalog; they score 0")
+    if report["not_in_catalog"]:
+        warnings.append(f"{report['not_in_catalog']} recommended ids are not in the catalog; they score 0")
     report["catalog"], report["warnings"] = info, warnings
     return report

@@ -179,7 +179,8 @@ def build_index(catalog, k1: float = 0.9, b: float = 0.4, analyzer: Analyzer | N
     doc_count, sum_ttf = int(np.count_nonzero(lengths)), int(lengths.sum())
     avgdl = np.float32(sum_ttf / doc_count) if doc_count else np.float32(1)
     uniq = np.unique(lengths)
-    norms = np.array([int_to_byte4(int(x)) for x in uniq], np.uint8)[np.searchsorted(uniq, lengths)] if n else np.zeros(0, np.uint8)
+    norms = (np.array([int_to_byte4(int(x)) for x in uniq], np.uint8)[np.searchsorted(uniq, lengths)] if n
+             else np.zeros(0, np.uint8))
     idf = lucene_idf(np.diff(indptr), doc_count)
     cache = norm_cache(k1, b, avgdl)
     score1 = bm25_term_score(np.repeat(idf, np.diff(indptr)), tf, cache[norms[docs]])

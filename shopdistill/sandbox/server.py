@@ -36,14 +36,16 @@ def _first(qs: dict, key: str, default=None):
 def answer(engine, path: str, qs: dict) -> tuple[int, object]:
     "The status code and JSON body for one request; the same function serves HTTP and the tests."
     if path == "/find_product":
-        return 200, engine.find_product(_first(qs, "q", ""), page=_first(qs, "page", "1"), shop_id=_first(qs, "shop_id"),
-                                        price=_first(qs, "price"), sort=_first(qs, "sort"), service=_first(qs, "service"))
+        return 200, engine.find_product(_first(qs, "q", ""), page=_first(qs, "page", "1"),
+                                        shop_id=_first(qs, "shop_id"), price=_first(qs, "price"),
+                                        sort=_first(qs, "sort"), service=_first(qs, "service"))
     if path == "/view_product_information":
         return 200, engine.view_product_information(_first(qs, "product_ids", ""))
     if path == "/get_product_raw":
         return 200, engine.get_product_raw(_first(qs, "product_ids", ""))
     if path == "/health":
-        return 200, {"status": "healthy", "service": "search-server", "products": len(engine.catalog)}  # ORO's shape, plus the count
+        # ORO's shape, plus the count
+        return 200, {"status": "healthy", "service": "search-server", "products": len(engine.catalog)}
     return 404, {"error": f"unknown route {path!r}; routes: {', '.join(ROUTES)}"}
 
 
@@ -113,7 +115,8 @@ def serve(catalog_path, host: str = "127.0.0.1", port: int = 5632):
     engine = open_engine(catalog_path)
     try: srv, url = start_server(engine, host, port)
     except OSError as e:  # a port in use or an address this machine lacks: the user's to change, not a crash
-        raise InputError(f"{host}:{port}", f"cannot listen here ({e.strerror or e}); choose another --port or --host") from None
+        raise InputError(f"{host}:{port}",
+                         f"cannot listen here ({e.strerror or e}); choose another --port or --host") from None
     print(f"serving {len(engine.catalog)} products at {url} (routes: {', '.join(ROUTES)})", flush=True)
     try:
         while True: time.sleep(3600)

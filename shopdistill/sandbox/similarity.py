@@ -23,7 +23,8 @@ class TitleSimilarity:
     def threshold(self, scorer) -> float:
         "The threshold of `scorer` (a `Scorer` or its name)."
         name = getattr(scorer, "name", scorer)
-        if name not in self.thresholds: raise ValueError(f"unknown scorer {name!r}; expected one of {', '.join(self.thresholds)}")
+        if name not in self.thresholds:
+            raise ValueError(f"unknown scorer {name!r}; expected one of {', '.join(self.thresholds)}")
         return float(self.thresholds[name])
     def __call__(self, a: str, b: str) -> float: return self.similarity(a, b)
 
@@ -65,7 +66,8 @@ class SentenceTransformerSimilarity(TitleSimilarity):
     name = "sentence-transformers"
     thresholds = {"upstream": 0.5, "production_strict": 0.7}
 
-    def __init__(self, model_id: str = "Qwen/Qwen3-Embedding-0.6B", device: str | None = None, thresholds: dict | None = None):
+    def __init__(self, model_id: str = "Qwen/Qwen3-Embedding-0.6B", device: str | None = None,
+                 thresholds: dict | None = None):
         self.model_id, self.device, self._model = model_id, device, None
         if thresholds: self.thresholds = dict(thresholds)
         self._vec: dict[str, np.ndarray] = {}
@@ -108,7 +110,8 @@ def default_similarity() -> TitleSimilarity:
     return _DEFAULT_SIMILARITY
 
 # %% ../../nbs/01_shopping_sandbox/05_similarity.ipynb #2903e0fc
-def similarity_calibration(titles: list[str], siblings: list[tuple[str, str]] = (), similarity: TitleSimilarity | None = None,
+def similarity_calibration(titles: list[str], siblings: list[tuple[str, str]] = (),
+                           similarity: TitleSimilarity | None = None,
                            thresholds=(0.3, 0.35, 0.4, 0.5, 0.6, 0.7), seed: int = 0) -> dict:
     """Pass rates, per kind of title pair, of `similarity` at each threshold, plus the mean similarity.
 
@@ -140,5 +143,6 @@ def similarity_from_settings(name: str, thresholds: dict | None = None) -> Title
     "The title-similarity backend a profile names: 'offline', or a sentence-transformers model id with its thresholds."
     if name == "offline": return default_similarity()
     if not SentenceTransformerSimilarity.available():
-        raise RuntimeError(f"scoring.similarity = {name!r} needs sentence-transformers: pip install -e '.[embed]' (or set it to 'offline')")
+        raise RuntimeError(f"scoring.similarity = {name!r} needs sentence-transformers: pip install -e '.[embed]' "
+                           "(or set it to 'offline')")
     return SentenceTransformerSimilarity(name, thresholds=thresholds)

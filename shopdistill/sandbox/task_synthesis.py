@@ -11,7 +11,7 @@ import math
 import numpy as np
 import re
 from typing import Iterable
-from ..arena.paraphrase import _num, voucher_block
+from ..mechanics.paraphrase import number_text, voucher_block
 from .catalog import leaf_of
 from .tasks import PRICE_MODES, TASK_CATEGORIES, task_id
 
@@ -19,7 +19,8 @@ from .tasks import PRICE_MODES, TASK_CATEGORIES, task_id
 _JUNK_BRANDS = {"", "no brand", "oem", "n/a", "na", "other", "others", "generic", "none", "new"}
 
 _STOP = {"and", "the", "for", "with", "from", "new", "sale", "cod", "set", "pcs", "pc", "ready", "stock", "of",
-         "in", "to", "a", "an", "men", "women", "unisex", "kids", "by", "on", "high", "quality", "hot", "best", "seller",
+         "in", "to", "a", "an", "men", "women", "unisex", "kids", "by", "on", "high", "quality", "hot", "best",
+         "seller",
          "can", "box", "jar", "bag", "pouch", "bottle", "pack", "bundle", "single", "multipack"}
 
 def _randint(rng, lo: int, hi: int) -> int:
@@ -88,7 +89,8 @@ _OPEN_ONE = [("I'm looking for {a}", "."), ("Looking for {a}", "."), ("Find {a}"
              ("I need {a}", "."), ("Can you find {a}", "?"), ("Help me find {a}", "."), ("Search for {pl}", "."),
              ("I want to buy {a}", "."), ("Please show me {pl}", ".")]
 
-_CLOSE_ONE = [" Please show me a few options.", " What do you have?", " Any recommendations?", " Show me what is available."]
+_CLOSE_ONE = [" Please show me a few options.", " What do you have?", " Any recommendations?",
+              " Show me what is available."]
 
 _SHOP_OPEN = ["Find a shop that offers these items:", "I'm looking for a shop that sells all of these:",
               "Looking for a store that carries these products:", "Find one seller that has all of these:",
@@ -114,11 +116,14 @@ _SERVICE_PHRASES = {
     "COD": ["with cash on delivery", "with COD", "with pay-on-delivery"]}
 
 _PRICE_PHRASES = {
-    "less than": ["under {hi} {cur}", "priced below {hi} {cur}", "costing less than {hi} {cur}", "for at most {hi} {cur}"],
-    "greater than": ["priced above {lo} {cur}", "over {lo} {cur}", "costing more than {lo} {cur}", "priced at least {lo} {cur}"],
+    "less than": ["under {hi} {cur}", "priced below {hi} {cur}", "costing less than {hi} {cur}",
+                  "for at most {hi} {cur}"],
+    "greater than": ["priced above {lo} {cur}", "over {lo} {cur}", "costing more than {lo} {cur}",
+                     "priced at least {lo} {cur}"],
     "between": ["priced between {lo} and {hi} {cur}", "from {lo} to {hi} {cur}", "in the {lo}-{hi} {cur} range",
                 "costing {lo} to {hi} {cur}"]}
 
+# %% ../../nbs/01_shopping_sandbox/04_task_synthesis.ipynb #14e6f00c
 def _pick(rng, options): return options[int(rng.integers(len(options)))]
 
 
@@ -149,7 +154,8 @@ def _singular(noun: str) -> str:
     head, _, last = noun.rpartition(" ")
     if last.endswith("ies") and len(last) > 4: last = last[:-3] + "y"
     elif last.endswith(("ches", "shes", "xes")): last = last[:-2]
-    elif last.endswith("s") and not last.endswith(("ss", "us", "is", "jeans", "pants", "shorts", "glasses", "chips", "diapers")): last = last[:-1]
+    elif last.endswith("s") and not last.endswith(("ss", "us", "is", "jeans", "pants", "shorts", "glasses", "chips",
+                                                   "diapers")): last = last[:-1]
     return f"{head} {last}".strip()
 
 
@@ -257,7 +263,8 @@ def _service_price_phrases(gold: dict, rng) -> list[str]:
     cur = _pick(rng, ["PHP", "pesos"])
     for rng_ in gold.get("price", []):
         for mode, (lo, hi) in rng_.items():
-            out.append(_pick(rng, _PRICE_PHRASES[mode]).format(lo=_num(lo or 0), hi=_num(hi) if hi is not None else "", cur=cur))
+            out.append(_pick(rng, _PRICE_PHRASES[mode]).format(lo=number_text(lo or 0),
+                                                               hi=number_text(hi) if hi is not None else "", cur=cur))
     return out
 
 
@@ -342,7 +349,8 @@ def _synth_one(category, products, shop_ids, by_shop, used, rng, trng, seed, pri
         p = products[int(rng.integers(len(products)))]
         if p["product_id"] in used: return None
         g = sample_gold(p, rng, price_modes=price_modes)
-        return [p], _make_task("product", product_query(p, g, trng), g, None, {"generator": "shopdistill", "seed": seed})
+        return [p], _make_task("product", product_query(p, g, trng), g, None,
+                               {"generator": "shopdistill", "seed": seed})
     if category == "shop":
         ps = _sample_in_shop(rng, shop_ids, by_shop, _randint(rng, 2, 4))
         if ps is None or any(p["product_id"] in used for p in ps): return None
@@ -390,7 +398,8 @@ def synthesize_tasks(catalog, n, seed: int = 0, price_modes=PRICE_MODES, max_tri
             tries += 1
             if tries > limit:
                 raise ValueError(f"synthesize_tasks: made only {got} of {want} {cat} tasks in {limit} draws from "
-                                 f"{len(products)} products in {len(shop_ids)} shops; use a larger catalog or fewer tasks")
+                                 f"{len(products)} products in {len(shop_ids)} shops; "
+                                 "use a larger catalog or fewer tasks")
             made = _synth_one(cat, products, shop_ids, by_shop, used, rng, trng, seed, price_modes)
             if made is None or made[1]["query"] in queries: continue
             ps, task = made

@@ -54,13 +54,16 @@ GOLD_SCHEMA = {
         "title": {"type": "array", "items": {"type": "string"}},
         "sku_options": {"type": "array", "items": {"type": "object", "additionalProperties": {"type": "string"}}},
         "attributes": {"type": "array", "items": {"type": "object", "minProperties": 1,
-                                                  "additionalProperties": {"type": "array", "items": {"type": "string"}}}},
+                                                  "additionalProperties": {"type": "array",
+                                                                           "items": {"type": "string"}}}},
         "service": {"type": "array", "items": {"enum": list(TASK_SERVICES)}},
         "price": {"type": "array", "items": PRICE_SCHEMA}}}
 
+# %% ../../nbs/01_shopping_sandbox/03_tasks.ipynb #30f76c51
 VOUCHER_SCHEMA = {
     "type": "object",
-    "required": ["voucher_type", "threshold", "discount_type", "face_value", "discount", "cap", "price_after_voucher", "budget"],
+    "required": ["voucher_type", "threshold", "discount_type", "face_value", "discount", "cap", "price_after_voucher",
+                 "budget"],
     "properties": {"voucher_type": {"enum": ["platform", "shop"]}, "threshold": _NUM,
                    "discount_type": {"enum": ["fixed", "percentage"]}, "face_value": _NUM_OR_NULL,
                    "discount": _NUM_OR_NULL, "cap": _NUM_OR_NULL, "price_after_voucher": _NUM, "budget": _NUM},
@@ -74,14 +77,17 @@ TASK_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "shopdistill task", "type": "object", "required": list(TASK_KEYS), "additionalProperties": False,
     "properties": {"id": {"type": "string", "minLength": 1}, "query": {"type": "string", "minLength": 1},
-                   "category": {"enum": list(TASK_CATEGORIES)}, "reward": {}, "voucher": {}, "extra": {"type": "object"}},
+                   "category": {"enum": list(TASK_CATEGORIES)}, "reward": {}, "voucher": {},
+                   "extra": {"type": "object"}},
     "allOf": [
         {"if": {"properties": {"category": {"const": "product"}}},
          "then": {"properties": {"reward": GOLD_SCHEMA, "voucher": {"type": "null"}}}},
         {"if": {"properties": {"category": {"const": "shop"}}},
-         "then": {"properties": {"reward": {"type": "array", "minItems": 1, "items": GOLD_SCHEMA}, "voucher": {"type": "null"}}}},
+         "then": {"properties": {"reward": {"type": "array", "minItems": 1, "items": GOLD_SCHEMA},
+                                 "voucher": {"type": "null"}}}},
         {"if": {"properties": {"category": {"const": "voucher"}}},
-         "then": {"properties": {"reward": {"type": "array", "minItems": 1, "items": GOLD_SCHEMA}, "voucher": VOUCHER_SCHEMA}}}]}
+         "then": {"properties": {"reward": {"type": "array", "minItems": 1, "items": GOLD_SCHEMA},
+                                 "voucher": VOUCHER_SCHEMA}}}]}
 
 class TaskFormatError(ValueError):
     "A task record that does not fit the schema; the message names the file, the line and the field."
@@ -223,8 +229,10 @@ def load_tasks(path, category: str | None = None, ledger: Ledger | None = None) 
     within the file by a `~2`, `~3` suffix (the first keeps its id). A folder: every `.jsonl`/`.json` file in it, by name
     (ShoppingBench's `synthesize_{product,shop,voucher}_test.jsonl`), ids unique across them."""
     path = Path(path)
-    if category is not None and category not in TASK_CATEGORIES: raise ValueError(f"load_tasks: unknown category {category!r}")
-    if path.is_dir():  # ShoppingBench ships one file per intent (synthesize_product_test.jsonl, ...): the folder's files in name order
+    if category is not None and category not in TASK_CATEGORIES:
+        raise ValueError(f"load_tasks: unknown category {category!r}")
+    # ShoppingBench ships one file per intent (synthesize_product_test.jsonl, ...): the folder's files in name order
+    if path.is_dir():
         files = task_files(path)
         if not files: raise InputError(path, "a folder without task files (*.jsonl, *.json)")
         return _unique_ids([t for f in files for t in load_tasks(f, category, ledger)])

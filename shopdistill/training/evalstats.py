@@ -40,7 +40,8 @@ def _paired(a, b) -> tuple[np.ndarray, np.ndarray]:
             raise TypeError("paired_bootstrap: pass two mappings (problem -> score) or two sequences, not one of each")
         if set(a) != set(b):
             only_a, only_b = sorted(set(a) - set(b)), sorted(set(b) - set(a))
-            raise ValueError(f"paired_bootstrap: the two stages were scored on different problems (only in a: {only_a[:5]}, only in b: {only_b[:5]})")
+            raise ValueError("paired_bootstrap: the two stages were scored on different problems (only in a: "
+                             f"{only_a[:5]}, only in b: {only_b[:5]})")
         keys = sorted(a)
         a, b = [a[k] for k in keys], [b[k] for k in keys]
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
@@ -86,14 +87,17 @@ def stage_row(stage: str, episodes: Sequence[dict], ks: Sequence[int] = (1, 8)) 
     first = [bool(g[0]["success"]) for g in groups.values()]
     lo, hi = wilson(sum(first), len(first))
     row = {"stage": stage, "asr": sum(first) / len(first), "asr_lo": lo, "asr_hi": hi}
-    m = max(len(g) for g in groups.values())  # pass@k on the problems that got every sample (all, or the sampled subset)
+    # pass@k on the problems that got every sample (all, or the sampled subset)
+    m = max(len(g) for g in groups.values())
     sub = [g for g in groups.values() if len(g) == m]
     for k in ks:  # NaN where fewer than k samples were drawn
-        row[f"pass@{k}"] = float(np.mean([pass_at_k(m, sum(bool(e["success"]) for e in g), k) for g in sub])) if k <= m else float("nan")
+        row[f"pass@{k}"] = (float(np.mean([pass_at_k(m, sum(bool(e["success"]) for e in g), k) for g in sub])) if k <= m
+                            else float("nan"))
     row["pass_problems"] = len(sub)
     calls = sum(int(e.get("n_calls", 0)) for e in episodes)
     row["valid_call_rate"] = sum(int(e.get("valid_calls", 0)) for e in episodes) / calls if calls else 0.0
     # all([]) is True: an episode that recommended nothing has not recommended an existing id
-    row["existing_id_rate"] = float(np.mean([bool(e.get("recommended")) and bool(e.get("recommended_exist")) for e in episodes]))
+    row["existing_id_rate"] = float(np.mean([bool(e.get("recommended")) and bool(e.get("recommended_exist"))
+                                             for e in episodes]))
     row["n_problems"], row["n_samples"] = len(groups), len(episodes)
     return row

@@ -33,7 +33,8 @@ def heldout_problems(bank: list[dict], categories, n: int, exclude_clusters=()) 
     out, bad, categories = [], set(exclude_clusters), list(categories)
     for i, c in enumerate(categories):
         share = n // len(categories) + (i < n % len(categories))
-        out += [p for p in bank if p.get("pool") == "held_out" and p["category"] == c and p.get("cluster") not in bad][:share]
+        out += [p for p in bank if p.get("pool") == "held_out" and p["category"] == c
+                and p.get("cluster") not in bad][:share]
     return out
 
 
@@ -62,15 +63,18 @@ def read_episodes(path) -> list[dict]:
     with gzip.open(path, "rt", encoding="utf-8") as f: return [json.loads(l) for l in f]
 
 # %% ../../nbs/05_supervised_stack/08_evaluation.ipynb #d5d23b4a
-def evaluate_stage(stage: StageFolder, model, tok, problems: list[dict], engine, settings: TrainSettings, n_samples: int | None = None) -> dict:
+def evaluate_stage(stage: StageFolder, model, tok, problems: list[dict], engine, settings: TrainSettings,
+                   n_samples: int | None = None) -> dict:
     """Run the held-out evaluation of `stage` (a run's `run.stage(name)`: the row is named for its folder); write its
     `eval.jsonl.gz` (the episodes) and `eval.json` (the stage table's row, returned)."""
     stage.make()
     e, r = settings.eval, settings.rollout
     t0 = time.time()
     n = n_samples or (e.n_samples if e.sampled is None or stage.name in e.sampled else 1)
-    m = e.sampled_problems or len(problems)  # sampled stages: every sample on the first m problems, the greedy one on the rest
-    eps = run_episodes(model, tok, problems, engine, r, n_samples=[n if i < m else 1 for i in range(len(problems))], temperature=e.temperature, top_p=e.top_p, seed=e.seed,
+    # sampled stages: every sample on the first m problems, the greedy one on the rest
+    m = e.sampled_problems or len(problems)
+    eps = run_episodes(model, tok, problems, engine, r, n_samples=[n if i < m else 1 for i in range(len(problems))],
+                       temperature=e.temperature, top_p=e.top_p, seed=e.seed,
                        greedy_first=True, desc=f"eval {stage.name}")
     row = {**stage_row(stage.name, eps), "eval_seconds": time.time() - t0,
            "generated_tokens": sum(x["meta"]["extra"]["generated_tokens"] for x in eps)}
@@ -84,7 +88,8 @@ def reuse_evaluation(src: StageFolder, stage: StageFolder) -> dict:
     copied into `stage`, renamed. Same weights and same per-episode seeds give the same episodes, so running them again
     would only cost time."""
     stage.make()
-    row = {**json.loads(src.evaluation.read_text()), "stage": stage.name, "eval_seconds": 0.0, "same_policy_as": src.name}
+    row = {**json.loads(src.evaluation.read_text()), "stage": stage.name, "eval_seconds": 0.0,
+           "same_policy_as": src.name}
     shutil.copyfile(src.episodes, stage.episodes)
     write_json(stage.evaluation, row)
     return row

@@ -24,15 +24,16 @@ from .rollout import BACKENDS, close_vllm, episode_seed
 from .evaluation import evaluate_stage, reuse_evaluation
 from .policy import load_policy
 from .rejection import rejection_problems
-from .settings import LoraSettings
-from .stages import Recipe, record_timing, require_policy
-from .trainer import is_main_process, peft_config, progress_callback, shared_result, train_stage, trainer_arguments
+from .settings import OptimSettings
+from .stages import Recipe, record_timing, start_stage
+from .trainer import (is_main_process, peft_config, progress_callback, shared_result, train_stage,
+                                          trainer_arguments)
 
 # %% ../../nbs/06_dr_grpo/01_grpo.ipynb #76342b73
 REWARDS = ("per_step", "outcome")
 
 @dataclass(frozen=True)
-class GrpoSettings(LoraSettings):
+class GrpoSettings(OptimSettings):
     "The `grpo` section of a profile: stage 5 (Dr. GRPO), its data, its reward and its trainer, every knob explicit."
     reward: str = "per_step"  # per_step: teacher-grounded reward on the per-step view | outcome: sandbox episodes, production_strict success
     # the objective (Dr. GRPO, Liu et al. 2025)
@@ -44,14 +45,10 @@ class GrpoSettings(LoraSettings):
     num_iterations: int = 1  # policy updates per generation batch (1: on-policy, the clip never binds)
     importance_sampling_level: str = "token"
     mask_truncated_completions: bool = False
-    # optimiser
+    # optimiser (`OptimSettings`: only GRPO's own defaults here)
     lr: float = 1e-6
     scheduler: str = "constant"
     warmup_ratio: float = 0.0
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
     # sampling
     num_generations: int = 8  # samples per state (the group)
     temperature: float = 1.0
@@ -61,8 +58,6 @@ class GrpoSettings(LoraSettings):
     # batching: batch_size * grad_accum completions per optimiser step, a multiple of num_generations
     batch_size: int = 8
     grad_accum: int = 4
-    epochs: float = 1.0
-    max_steps: int = -1  # > 0 caps the stage (smoke)
     # states (per_step)
     screen_states: int = 2000  # train-split states sampled from the per-step view and screened (0: all)
     screen_samples: int = 8  # samples of the previous stage's model per screened state
@@ -73,14 +68,12 @@ class GrpoSettings(LoraSettings):
     # outcome
     outcome_problems: int = 0  # open-pool problems played per epoch (0: all)
     max_tool_calls: int = 30  # tool-calling iterations per episode (upstream step cap)
-    # precision and backend (LoRA: `LoraSettings`)
-    bf16: bool = True  # autocast on GPUs and on CPUs that compute bf16 natively (`cpu_bf16`); fp32 elsewhere
+    # backend (precision: `OptimSettings`; LoRA: `LoraSettings`)
     use_vllm: bool = False
     vllm_mode: str = "colocate"  # colocate | server (`trl vllm-serve --model <checkpoint dir>`)
     vllm_gpu_memory_utilization: float = 0.3
     logging_steps: int = 5
     save_steps: int = 100
-    seed: int = 0
 
     def __post_init__(self):
         if self.reward not in REWARDS: raise ValueError(f"grpo.reward must be one of {REWARDS}, got {self.reward!r}")
@@ -101,9 +94,11 @@ def grpo_config(settings: GrpoSettings, out_dir, *, cpu: bool | None = None, **o
     kw = dict(
         trainer_arguments(s, out_dir, cpu=cpu),
         # objective
-        loss_type=s.loss_type, scale_rewards=s.scale_rewards, beta=s.beta, epsilon=s.epsilon, epsilon_high=s.epsilon_high,
+        loss_type=s.loss_type, scale_rewards=s.scale_rewards, beta=s.beta, epsilon=s.epsilon,
+        epsilon_high=s.epsilon_high,
         num_iterations=s.num_iterations, importance_sampling_level=s.importance_sampling_level,
-        mask_truncated_completions=s.mask_truncated_completions, reward_weights=None, multi_objective_aggregation="sum_then_normalize",
+        mask_truncated_completions=s.mask_truncated_completions, reward_weights=None,
+        multi_objective_aggregation="sum_then_normalize",
         top_entropy_quantile=1.0, entropy_coef=0.0, use_bias_correction_kl=True, sync_ref_model=False, delta=None,
         # sampling
         num_generations=s.num_generations, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, min_p=None,
@@ -112,7 +107,8 @@ def grpo_config(settings: GrpoSettings, out_dir, *, cpu: bool | None = None, **o
         # batching beyond the shared keywords
         steps_per_generation=s.grad_accum, shuffle_dataset=True, remove_unused_columns=False,
         # memory and backend
-        disable_dropout=True, cast_lm_head_to_fp32=False, use_vllm=bool(s.use_vllm and not cpu), vllm_mode=s.vllm_mode,  # vLLM is GPU-only
+        # vLLM is GPU-only
+        disable_dropout=True, cast_lm_head_to_fp32=False, use_vllm=bool(s.use_vllm and not cpu), vllm_mode=s.vllm_mode,
         vllm_gpu_memory_utilization=s.vllm_gpu_memory_utilization,
         # bookkeeping
         log_completions=False,
@@ -121,7 +117,8 @@ def grpo_config(settings: GrpoSettings, out_dir, *, cpu: bool | None = None, **o
     return GRPOConfig(**kw)
 
 # %% ../../nbs/06_dr_grpo/01_grpo.ipynb #437b89e6
-def state_rows(steps, tok, *, max_prompt_tokens: int | None = None, limit: int = 0, seed: int = 0) -> tuple[list[dict], dict]:
+def state_rows(steps, tok, *, max_prompt_tokens: int | None = None,
+               limit: int = 0, seed: int = 0) -> tuple[list[dict], dict]:
     """GRPO rows from per-step view rows (`prompt` messages, `teacher_action`, `tools`): the prompt rendered by `render_prompt`.
     `limit` > 0 draws that many states at random (seeded) first; states whose prompt exceeds `max_prompt_tokens` are skipped."""
     idx = list(range(len(steps)))
@@ -135,39 +132,48 @@ def state_rows(steps, tok, *, max_prompt_tokens: int | None = None, limit: int =
             continue
         action = r["teacher_action"]
         calls = action.get("tool_calls") or []
-        rows.append({"prompt": text, "teacher_action": json.dumps(action, ensure_ascii=False), "n_prompt_tokens": len(ids),
-                     "state_id": f"{r.get('trajectory_id', r.get('problem_id'))}:{r.get('turn', i)}", "problem_id": r.get("problem_id"),
+        rows.append({"prompt": text, "teacher_action": json.dumps(action, ensure_ascii=False),
+                     "n_prompt_tokens": len(ids),
+                     "state_id": f"{r.get('trajectory_id', r.get('problem_id'))}:{r.get('turn', i)}",
+                     "problem_id": r.get("problem_id"),
                      "teacher_tool": calls[0]["function"]["name"] if calls else "(text)"})
     return rows, {"drawn": len(idx), "too_long": too_long, "rows": len(rows)}
 
 # %% ../../nbs/06_dr_grpo/01_grpo.ipynb #a8928df4
-def sample_turns(model, tok, prompts: list[str], n: int, *, temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 160,
+def sample_turns(model, tok, prompts: list[str], n: int, *, temperature: float = 1.0, top_p: float = 1.0,
+                 max_new_tokens: int = 160,
                  batch_size: int = 16, seed: int = 0, backend: str = "transformers") -> list[list[str]]:
     """`n` sampled single turns per text prompt, with chapter 05's generator (per-sample seeds: a state's samples do not depend on
     the batching), tokenised as GRPOTrainer tokenises a text prompt and decoded as it decodes completions (special tokens dropped)."""
     gen = BACKENDS[backend]
     ids = [tok(text=p)["input_ids"] for p in prompts]
-    jobs = sorted(((i, k) for i in range(len(prompts)) for k in range(n)), key=lambda j: len(ids[j[0]]))  # little padding
+    # little padding
+    jobs = sorted(((i, k) for i in range(len(prompts)) for k in range(n)), key=lambda j: len(ids[j[0]]))
     stop = [tok.convert_tokens_to_ids("<|im_end|>"), tok.eos_token_id]
     out = [[None] * n for _ in prompts]
     for b in range(0, len(jobs), batch_size):
         chunk = jobs[b:b + batch_size]
-        comps = gen(model, [ids[i] for i, _ in chunk], max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                    seeds=[episode_seed(seed, f"state-{i}", k, 0) for i, k in chunk], stop_ids=stop, pad_id=tok.pad_token_id)
+        comps = gen(model, [ids[i] for i, _ in chunk], max_new_tokens=max_new_tokens, temperature=temperature,
+                    top_p=top_p,
+                    seeds=[episode_seed(seed, f"state-{i}", k, 0) for i, k in chunk], stop_ids=stop,
+                    pad_id=tok.pad_token_id)
         for (i, k), c in zip(chunk, comps): out[i][k] = tok.decode(c, skip_special_tokens=True)
     return out
 
-
+# %% ../../nbs/06_dr_grpo/01_grpo.ipynb #bd3a51db
 def screen_states(model, tok, rows: list[dict], settings: GrpoSettings, backend: str | None = None) -> tuple[list[dict], dict]:
     """Keep the states on which `settings.screen_samples` samples of `model` get different per-step rewards (zero-variance groups
     give no gradient under Dr. GRPO yet count in its normaliser). Returns (kept rows, a report with every state's rewards).
     `model`: a loaded model or a checkpoint folder; `backend`: the sampler (None: vLLM for a folder with `grpo.use_vllm`, else
     transformers; the recipe passes `train.rollout.backend`, on the CPU vLLM: 52 samples took 1,406 s with transformers' generate)."""
     t0 = time.time()
-    samples = sample_turns(model, tok, [r["prompt"] for r in rows], settings.screen_samples, temperature=settings.temperature,
-                           top_p=settings.top_p, max_new_tokens=settings.max_completion_length, batch_size=settings.screen_batch,
+    samples = sample_turns(model, tok, [r["prompt"] for r in rows], settings.screen_samples,
+                           temperature=settings.temperature,
+                           top_p=settings.top_p, max_new_tokens=settings.max_completion_length,
+                           batch_size=settings.screen_batch,
                            seed=settings.seed,
-                           backend=backend or ("vllm" if settings.use_vllm and isinstance(model, (str, Path)) else "transformers"))
+                           backend=backend or ("vllm" if settings.use_vllm
+                                               and isinstance(model, (str, Path)) else "transformers"))
     kept, per_state = [], []
     for r, comps in zip(rows, samples):
         rs = [step_reward(c, r["teacher_action"]) for c in comps]
@@ -185,13 +191,16 @@ def screen_states(model, tok, rows: list[dict], settings: GrpoSettings, backend:
     return kept, report
 
 # %% ../../nbs/06_dr_grpo/01_grpo.ipynb #e0cf1751
-def per_step_trainer(model, tok, states: list[dict], settings: GrpoSettings, stage: StageFolder, *, cpu: bool | None = None):
+def per_step_trainer(model, tok, states: list[dict], settings: GrpoSettings, stage: StageFolder, *,
+                     cpu: bool | None = None):
     "The GRPOTrainer of per-step Dr. GRPO on `states` (rows of `state_rows`), built but not trained (what a dry run checks)."
     from datasets import Dataset
     from trl import GRPOTrainer
     settings = replace(settings, reward="per_step")  # what this trainer is, whatever the profile selects
-    if not states: raise ValueError("per-step GRPO: no states to train on (did screening keep none? see the screening report)")
-    ds = Dataset.from_list([{"prompt": r["prompt"], "teacher_action": r["teacher_action"], "state_id": r["state_id"]} for r in states])
+    if not states: raise ValueError("per-step GRPO: no states to train on (did screening keep none? see the "
+                                    "screening report)")
+    ds = Dataset.from_list([{"prompt": r["prompt"], "teacher_action": r["teacher_action"], "state_id": r["state_id"]}
+                            for r in states])
     return GRPOTrainer(model=model, reward_funcs=[per_step_reward], args=grpo_config(settings, stage.trainer, cpu=cpu),
                        train_dataset=ds, processing_class=tok, peft_config=peft_config(settings),
                        callbacks=[progress_callback("Dr. GRPO (per-step)")])
@@ -200,10 +209,11 @@ def per_step_trainer(model, tok, states: list[dict], settings: GrpoSettings, sta
 def dr_grpo_stage(model, tok, states: list[dict], settings: GrpoSettings, stage: StageFolder, *, resume: bool = True,
                   cpu: bool | None = None) -> Path:
     "Stage 5, per-step Dr. GRPO on `states` (rows of `state_rows`), trained into `stage` by `train_stage`: trains `model` in place."
-    return train_stage(stage, lambda: per_step_trainer(model, tok, states, settings, stage, cpu=cpu), tok, resume=resume,
+    return train_stage(stage, lambda: per_step_trainer(model, tok, states, settings, stage, cpu=cpu), tok,
+                       resume=resume,
                        info={"reward": "per_step", "states": len(states), "reward_range": list(REWARD_RANGE)})
 
-
+# %% ../../nbs/06_dr_grpo/01_grpo.ipynb #80743cde
 def fitted_env_class(max_tool_chars: int | None, base=None):
     """`base` (default ShoppingEnv) whose tool results are cut as `models.fit_messages` cuts them; same tools, same schemas.
     The row's `task` column (JSON text) is the task `reset` starts."""
@@ -217,20 +227,23 @@ def fitted_env_class(max_tool_chars: int | None, base=None):
         return tool
 
     def reset(self, task: str | None = None, **row):
-        return base.reset(self, **json.loads(task)) if task else base.reset(self, **{k: v for k, v in row.items() if k != "prompt"})
+        return base.reset(self, **json.loads(task)) if task else base.reset(self, **{k: v for k, v in row.items()
+                                                                                     if k != "prompt"})
 
-    names = [n for n, _ in inspect.getmembers(base, predicate=inspect.isfunction) if not n.startswith("_") and n not in ("reset", "get_reward")]
+    names = [n for n, _ in inspect.getmembers(base, predicate=inspect.isfunction)
+             if not n.startswith("_") and n not in ("reset", "get_reward")]
     return type(f"Fitted{base.__name__}", (base,), {"reset": reset, **{n: cut(getattr(base, n)) for n in names}})
-
 
 # %% ../../nbs/06_dr_grpo/01_grpo.ipynb #8ce9acfa
 def outcome_rows(problems: list[dict]) -> list[dict]:
     "Outcome-GRPO rows: the user's request as a conversational prompt, the task (with its gold) as JSON text for `reset`."
-    return [{"prompt": [{"role": "user", "content": p["query"]}], "task": json.dumps(p, ensure_ascii=False), "problem_id": p["id"]}
+    return [{"prompt": [{"role": "user", "content": p["query"]}], "task": json.dumps(p, ensure_ascii=False),
+             "problem_id": p["id"]}
             for p in problems]
 
-
-def outcome_trainer(model, tok, problems: list[dict], engine, settings: GrpoSettings, stage: StageFolder, *, cpu: bool | None = None):
+# %% ../../nbs/06_dr_grpo/01_grpo.ipynb #1fa16d16
+def outcome_trainer(model, tok, problems: list[dict], engine, settings: GrpoSettings, stage: StageFolder, *,
+                    cpu: bool | None = None):
     """The GRPOTrainer of outcome-reward GRPO (the sandbox as `environment_factory`), built but not trained. Only the paper's
     view: TRL renders the environment's results itself, so a compact-view policy would train on text it never reads elsewhere."""
     view = agent_view(tok)["style"]
@@ -239,24 +252,29 @@ def outcome_trainer(model, tok, problems: list[dict], engine, settings: GrpoSett
                          "paper's view only (use grpo.reward: per_step, or train.view.style: paper)")
     from datasets import Dataset
     from trl import GRPOTrainer
-    settings = replace(settings, reward="outcome")  # what this trainer is (its tool-call cap applies), whatever the profile selects
+    # what this trainer is (its tool-call cap applies), whatever the profile selects
+    settings = replace(settings, reward="outcome")
     env_cls = fitted_env_class(getattr(tok, "max_tool_chars", None))
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is marked experimental in TRL 1.16; we know
+    # environment_factory is marked experimental in TRL 1.16; we know
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     return GRPOTrainer(model=model, reward_funcs=None, args=grpo_config(settings, stage.trainer, cpu=cpu),
                        train_dataset=Dataset.from_list(outcome_rows(problems)), processing_class=tok,
                        environment_factory=env_cls.factory(engine), peft_config=peft_config(settings),
                        callbacks=[progress_callback("Dr. GRPO (outcome)")])
 
 # %% ../../nbs/06_dr_grpo/01_grpo.ipynb #a899d5ae
-def outcome_grpo_stage(model, tok, problems: list[dict], engine, settings: GrpoSettings, stage: StageFolder, *, resume: bool = True,
+def outcome_grpo_stage(model, tok, problems: list[dict], engine, settings: GrpoSettings, stage: StageFolder, *,
+                       resume: bool = True,
                        cpu: bool | None = None) -> Path:
     """Stage 5 with the outcome reward, trained into `stage` by `train_stage`: TRL plays `problems` in the sandbox
     (`environment_factory`), reward = production_strict success."""
-    return train_stage(stage, lambda: outcome_trainer(model, tok, problems, engine, settings, stage, cpu=cpu), tok, resume=resume,
+    return train_stage(stage, lambda: outcome_trainer(model, tok, problems, engine, settings, stage, cpu=cpu), tok,
+                       resume=resume,
                        info={"reward": "outcome", "problems": len(problems), "reward_range": [0.0, 1.0]})
 
 # %% ../../nbs/06_dr_grpo/01_grpo.ipynb #78a0eebd
-_SCREEN_KEYS = ("screen_states", "screen_samples", "mixed_only", "max_states", "max_prompt_tokens", "temperature", "top_p",
+_SCREEN_KEYS = ("screen_states", "screen_samples", "mixed_only", "max_states", "max_prompt_tokens", "temperature",
+                "top_p",
                 "max_completion_length", "seed")
 
 def _screened(r: Recipe, model, tok, gs: GrpoSettings, stage: StageFolder) -> dict:
@@ -265,7 +283,8 @@ def _screened(r: Recipe, model, tok, gs: GrpoSettings, stage: StageFolder) -> di
     key = {k: getattr(gs, k) for k in _SCREEN_KEYS}
     def make():
         steps = datasets.load_from_disk(str(r.run.corpus().steps))["train"]
-        rows, drawn = state_rows(steps, tok, max_prompt_tokens=gs.max_prompt_tokens, limit=gs.screen_states, seed=gs.seed)
+        rows, drawn = state_rows(steps, tok, max_prompt_tokens=gs.max_prompt_tokens,
+                                 limit=gs.screen_states, seed=gs.seed)
         kept, report = screen_states(model, tok, rows, gs, backend=r.ts.rollout.backend)
         if r.ts.rollout.backend == "vllm": close_vllm()  # its KV cache is not needed while GRPO trains
         report["draw"] = {**drawn, "train_states": len(steps)}
@@ -279,29 +298,36 @@ def _screened(r: Recipe, model, tok, gs: GrpoSettings, stage: StageFolder) -> di
 def run_stage5(r: Recipe, gs: GrpoSettings) -> dict | None:
     """Stage 5 with the reward `gs.reward` (section `grpo`) from the stage-4 policy, into `dr_grpo` (per-step) or `outcome_grpo`
     unless the stage has a policy; its evaluation row (None outside the main process)."""
-    ts, prev = r.ts, require_policy(r.run.stage("stage4_kto"))
     name = "dr_grpo" if gs.reward == "per_step" else "outcome_grpo"  # chapter 05's stage table knows both
+    ts, prev = r.ts, start_stage(r, name)
     stage = r.run.stage(name)
     model, tok = load_policy(str(prev.policy), ts)
     screen, states = None, None
     if gs.reward == "per_step":
         saved = _screened(r, model, tok, gs, stage)
         screen, states = saved["report"], saved["kept"]
-        path = dr_grpo_stage(model, tok, states, gs, stage) if states else prev.policy  # no mixed state: stage 5 is stage 4
+        # no mixed state: stage 5 is stage 4
+        path = dr_grpo_stage(model, tok, states, gs, stage) if states else prev.policy
     else:
-        probs = rejection_problems(r.bank, set(r.corpus["train"]["problem_id"]), {p.get("cluster") for p in r.heldout}, gs.outcome_problems)
+        probs = rejection_problems(r.bank, set(r.corpus["train"]["problem_id"]), {p.get("cluster") for p in r.heldout},
+                                   gs.outcome_problems)
         path = outcome_grpo_stage(model, tok, probs, r.engine, gs, stage)
     if not is_main_process(): return None
-    log = json.loads(stage.train_log.read_text()) if path != prev.policy else {"log_history": [], "global_step": 0, "train_seconds": 0.0}
+    log = json.loads(stage.train_log.read_text()) if path != prev.policy else {"log_history": [], "global_step": 0,
+                                                                               "train_seconds": 0.0}
     r.notes[name] = {"screen": screen, "states": states, "log": log, "policy": path}
     if stage.has_evaluation: row = json.loads(stage.evaluation.read_text())
     else:
         row = reuse_evaluation(prev, stage) if path == prev.policy else evaluate_stage(stage, *load_policy(str(path), ts), r.eval_problems, r.engine, ts)
         row.update({"reward": gs.reward, "reward_range": list(REWARD_RANGE) if gs.reward == "per_step" else [0.0, 1.0],
-                    "states_screened": screen["screened"] if screen else None, "states_mixed": screen["mixed"] if screen else None,
-                    "states_kept": len(states) if screen else None, "screen_seconds": screen["seconds"] if screen else None,
-                    "train_seconds": log["train_seconds"], "train_steps": log["global_step"], "trained": log["global_step"] > 0,
-                    "loss_type": gs.loss_type, "scale_rewards": gs.scale_rewards, "beta": gs.beta, "lr": gs.lr, "num_generations": gs.num_generations})
+                    "states_screened": screen["screened"] if screen else None,
+                    "states_mixed": screen["mixed"] if screen else None,
+                    "states_kept": len(states) if screen else None,
+                    "screen_seconds": screen["seconds"] if screen else None,
+                    "train_seconds": log["train_seconds"], "train_steps": log["global_step"],
+                    "trained": log["global_step"] > 0,
+                    "loss_type": gs.loss_type, "scale_rewards": gs.scale_rewards, "beta": gs.beta, "lr": gs.lr,
+                    "num_generations": gs.num_generations})
         write_json(stage.evaluation, row)
     record_timing(r.run.train(), {name: round((screen["seconds"] if screen else 0) + log["train_seconds"], 1)}, chapter="06")
     return row

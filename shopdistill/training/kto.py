@@ -16,13 +16,13 @@ from ..corpus.trajectory import from_arrow_row
 from .evaluation import read_episodes, write_episodes
 from .rendering import sft_row
 from .rollout import run_episodes
-from .settings import LoraSettings, RolloutSettings
+from .settings import OptimSettings, RolloutSettings
 from ..core.run import StageFolder
 from .trainer import peft_config, progress_callback, shared_result, train_stage, trainer_arguments
 
 # %% ../../nbs/05_supervised_stack/13_kto.ipynb #d0ebf7f0
 @dataclass(frozen=True)
-class KtoSettings(LoraSettings):
+class KtoSettings(OptimSettings):
     "The `kto` section of a profile: stage 4 (TRL's KTOTrainer on the previous stage's scored episodes), every knob explicit."
     beta: float = 0.02  # the paper's
     loss_type: str = "kto"
@@ -31,27 +31,18 @@ class KtoSettings(LoraSettings):
     temperature: float = 0.9
     top_p: float = 0.95
     lr: float = 5e-6
-    scheduler: str = "cosine"
     warmup_ratio: float = 0.1
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    epochs: float = 1.0
-    max_steps: int = -1  # > 0 caps the stage (smoke)
     batch_size: int = 4  # per device; > 1, because the KL baseline is estimated within the batch
     grad_accum: int = 8
     balance: bool = True  # desirable/undesirable weights from the KTO paper's Eq. 8
     min_desirable: int = 0  # fewer successful episodes than this: top up with successful corpus trajectories (0: never)
     max_length: int = 14_336
-    bf16: bool = True  # autocast on GPUs and on CPUs that compute bf16 natively (`cpu_bf16`); fp32 elsewhere
-    logging_steps: int = 10
-    save_steps: int = 200
-    seed: int = 0
 
     def __post_init__(self):
-        if self.batch_size < 2: raise ValueError("kto.batch_size must be at least 2: KTO estimates its KL baseline from mismatched pairs within a batch")
-        if self.loss_type not in ("kto", "apo_zero_unpaired"): raise ValueError(f"kto.loss_type must be kto or apo_zero_unpaired, got {self.loss_type!r}")
+        if self.batch_size < 2: raise ValueError("kto.batch_size must be at least 2: KTO estimates its KL baseline "
+                                                 "from mismatched pairs within a batch")
+        if self.loss_type not in ("kto", "apo_zero_unpaired"):
+            raise ValueError(f"kto.loss_type must be kto or apo_zero_unpaired, got {self.loss_type!r}")
 
 
 def kto_weights(n_desirable: int, n_undesirable: int, balance: bool = True) -> tuple[float, float]:
@@ -64,7 +55,8 @@ def kto_weights(n_desirable: int, n_undesirable: int, balance: bool = True) -> t
 
 def corpus_desirable(rows, n: int, categories=None, seed: int = 0) -> list[dict]:
     "`n` successful trajectories of corpus `rows` (Arrow form), of `categories`, drawn with `seed`: the top-up of `min_desirable`."
-    pool = [i for i, r in enumerate(rows.select_columns(["category", "success"]) if hasattr(rows, "select_columns") else rows)
+    pool = [i for i, r in enumerate(rows.select_columns(["category", "success"]) if hasattr(rows, "select_columns")
+                                    else rows)
             if r["success"] and (categories is None or r["category"] in categories)]
     pick = sorted(random.Random(seed).sample(pool, min(n, len(pool))))
     return [{**from_arrow_row(rows[i]), "success": True, "source": "corpus"} for i in pick]
@@ -84,7 +76,8 @@ def kto_config(settings: KtoSettings, out_dir, *, desirable_weight: float = 1.0,
         beta=s.beta, loss_type=s.loss_type, desirable_weight=desirable_weight, undesirable_weight=undesirable_weight,
         precompute_ref_log_probs=False, sync_ref_model=False, disable_dropout=True,
         # data: sequential order is what TRL's KL pairing assumes; the rows are shuffled (seeded) before
-        max_length=s.max_length, train_sampling_strategy="sequential", remove_unused_columns=False, dataset_num_proc=None,
+        max_length=s.max_length, train_sampling_strategy="sequential", remove_unused_columns=False,
+        dataset_num_proc=None,
     )
     kw.update(overrides)
     return KTOConfig(**kw)
@@ -95,22 +88,26 @@ def kto_row(tok, episode: dict, label: bool | None = None) -> dict:
     from trl.chat_template_utils import get_training_chat_template
     ex = sft_row(tok, episode["messages"], episode["tools"])
     msgs, tools = ex["messages"], json.loads(ex["tools"])
-    if not any(m["role"] == "assistant" for m in msgs): raise ValueError(f"episode {episode.get('trajectory_id')} has no assistant turn")
-    enc = tok.apply_chat_template(msgs, tools=tools, chat_template=get_training_chat_template(tok), tokenize=True, return_dict=True,
+    if not any(m["role"] == "assistant" for m in msgs): raise ValueError(f"episode {episode.get('trajectory_id')} has "
+                                                                         "no assistant turn")
+    enc = tok.apply_chat_template(msgs, tools=tools, chat_template=get_training_chat_template(tok), tokenize=True,
+                                  return_dict=True,
                                   return_assistant_tokens_mask=True)
     ids, amask = list(enc["input_ids"]), list(enc["assistant_masks"])
     first = amask.index(1)  # the first token the policy wrote: everything before it is the prompt
     text = tok.decode(ids, skip_special_tokens=False)
     prompt = tok.decode(ids[:first], skip_special_tokens=False)
     completion = text[len(prompt):]
-    # TRL appends the EOS to a completion that lacks it; the rendering ends with "<|im_end|>\n", so drop the newline instead
+    # TRL appends the EOS to a completion that lacks it; the rendering ends with "<|im_end|>\n", so drop the newline
+    # instead
     if completion.endswith(tok.eos_token + "\n"): completion, ids, amask = completion[:-1], ids[:-1], amask[:-1]
     p_ids, pc_ids = tok(prompt)["input_ids"], tok(prompt + completion)["input_ids"]
     if p_ids != ids[:first] or pc_ids != ids:
-        raise ValueError(f"episode {episode.get('trajectory_id')}: the rendered text does not tokenise back to the template's ids; "
-                         "the assistant mask would not line up with TRL's tokenisation")
+        raise ValueError(f"episode {episode.get('trajectory_id')}: the rendered text does not tokenise back to the "
+                         "template's ids; the assistant mask would not line up with TRL's tokenisation")
     return {"prompt": prompt, "completion": completion, "label": bool(episode["success"] if label is None else label),
-            "assistant_mask": amask[first:], "problem_id": episode.get("problem_id"), "sample": episode.get("sample", 0)}
+            "assistant_mask": amask[first:], "problem_id": episode.get("problem_id"),
+            "sample": episode.get("sample", 0)}
 
 
 class AssistantMaskCollator:
@@ -127,7 +124,8 @@ class AssistantMaskCollator:
             if len(c) != len(m): raise ValueError(f"assistant_mask has {len(m)} entries for {len(c)} completion tokens")
             seqs.append((p + c)[: self.max_length]); cms.append(([0] * len(p) + list(m))[: self.max_length])
         t = lambda xs, v: pad([torch.tensor(x, dtype=torch.int64) for x in xs], padding_value=v, padding_side="right")
-        return {"input_ids": t(seqs, self.pad_token_id), "attention_mask": t([[1] * len(s) for s in seqs], 0), "completion_mask": t(cms, 0)}
+        return {"input_ids": t(seqs, self.pad_token_id), "attention_mask": t([[1] * len(s) for s in seqs], 0),
+                "completion_mask": t(cms, 0)}
 
     def __call__(self, examples: list[dict]) -> dict:
         import torch
@@ -141,7 +139,8 @@ class AssistantMaskCollator:
         return out
 
 # %% ../../nbs/05_supervised_stack/13_kto.ipynb #34d4b66d
-def kto_trainer(model, tok, desirable: list[dict], undesirable: list[dict], settings: KtoSettings, stage: StageFolder, *,
+def kto_trainer(model, tok, desirable: list[dict], undesirable: list[dict], settings: KtoSettings,
+                stage: StageFolder, *,
                 cpu: bool | None = None, ref_model=None):
     "The KTOTrainer of stage 4, built but not trained (what a dry run checks); `trainer.kto_info` holds the counts and weights."
     from datasets import Dataset
@@ -149,14 +148,17 @@ def kto_trainer(model, tok, desirable: list[dict], undesirable: list[dict], sett
     if not desirable and not undesirable: raise ValueError("kto: no episodes")
     rows = [kto_row(tok, e, True) for e in desirable] + [kto_row(tok, e, False) for e in undesirable]
     too_long = sum(len(tok(r["prompt"])["input_ids"]) >= settings.max_length for r in rows)  # TRL drops these silently
-    if too_long == len(rows): raise ValueError(f"kto: every prompt is at least kto.max_length = {settings.max_length} tokens long")
+    if too_long == len(rows): raise ValueError(f"kto: every prompt is at least kto.max_length = {settings.max_length} "
+                                               "tokens long")
     random.Random(settings.seed).shuffle(rows)  # mixed batches: the sampler is sequential (TRL's KL pairing needs it)
     wd, wu = kto_weights(len(desirable), len(undesirable), settings.balance)
     args = kto_config(settings, stage.trainer, desirable_weight=wd, undesirable_weight=wu, cpu=cpu)
     peft = peft_config(settings)
     if ref_model is None and peft is None: ref_model = copy.deepcopy(model).eval()  # the frozen starting point
-    trainer = KTOTrainer(model=model, ref_model=ref_model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
-                         data_collator=AssistantMaskCollator(tok.pad_token_id, settings.max_length, settings.loss_type == "kto"),
+    trainer = KTOTrainer(model=model, ref_model=ref_model, args=args, train_dataset=Dataset.from_list(rows),
+                         processing_class=tok,
+                         data_collator=AssistantMaskCollator(tok.pad_token_id, settings.max_length,
+                                                             settings.loss_type == "kto"),
                          peft_config=peft, callbacks=[progress_callback("KTO")])
     trainer.kto_info = {"desirable": len(desirable), "undesirable": len(undesirable), "dropped_too_long": too_long,
                         "desirable_weight": wd, "undesirable_weight": wu, "beta": settings.beta}
@@ -168,17 +170,21 @@ def kto_stage(model, tok, desirable: list[dict], undesirable: list[dict], settin
     """Stage 4: TRL's KTOTrainer on `desirable` and `undesirable` episodes (β = settings.beta), trained into `stage` by
     `train_stage`; trains `model` in place and returns the policy folder. The log adds the
     counts and weights (`kto_info`)."""
-    return train_stage(stage, lambda: kto_trainer(model, tok, desirable, undesirable, settings, stage, cpu=cpu, ref_model=ref_model), tok,
+    return train_stage(stage,
+                       lambda: kto_trainer(model, tok, desirable, undesirable, settings, stage,
+                                           cpu=cpu, ref_model=ref_model), tok,
                        resume=resume, info=lambda trainer: trainer.kto_info)
 
 
-def kto_episodes(model, tok, problems: list[dict], engine, rollout: RolloutSettings, settings: KtoSettings, stage: StageFolder) -> list[dict]:
+def kto_episodes(model, tok, problems: list[dict], engine, rollout: RolloutSettings,
+                 settings: KtoSettings, stage: StageFolder) -> list[dict]:
     """What stage 4 learns from: `settings.samples` episodes of `model` on each of `problems` at `settings.temperature` (the
     rollout engine, `rollout`: section `train.rollout`), labelled by `production_strict`. They are kept in the
     `episodes.jsonl.gz` of `stage`, and read from there when present: a rerun trains on the same data. Under a distributed
     launch the main process plays them and the others read them."""
     def play():
-        eps = run_episodes(model, tok, problems, engine, rollout, n_samples=settings.samples, temperature=settings.temperature,
+        eps = run_episodes(model, tok, problems, engine, rollout, n_samples=settings.samples,
+                           temperature=settings.temperature,
                            top_p=settings.top_p, seed=settings.seed, desc="stage 4 episodes")
         write_episodes(stage.make().kto_episodes, eps)
         return eps

@@ -12,7 +12,8 @@ def lm_loss(model, input_ids, attention_mask, labels, num_items_in_batch=None):
     import torch.nn.functional as F
     tgt = labels[:, 1:]
     keep = tgt != -100
-    if hasattr(model, "module"):  # DDP or DeepSpeed: only the wrapper's forward syncs gradients, so the loss goes through it
+    # DDP or DeepSpeed: only the wrapper's forward syncs gradients, so the loss goes through it
+    if hasattr(model, "module"):
         at = keep.any(0).nonzero().flatten()  # positions where some row has a label: the output layer runs only there
         out = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=at)
         if not bool(keep.any()): return out.logits.sum() * 0.0

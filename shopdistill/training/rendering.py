@@ -49,14 +49,16 @@ def template_messages(messages: list) -> list:
     for m in messages:
         if m.get("role") == "assistant" and m.get("tool_calls"):
             calls = [{**c, "function": {"name": c["function"]["name"],
-                                        "arguments": a if isinstance(a := c["function"]["arguments"], str) else json.dumps(a, ensure_ascii=False)}}
+                                        "arguments": a if isinstance(a := c["function"]["arguments"], str)
+                                                     else json.dumps(a, ensure_ascii=False)}}
                      for c in m["tool_calls"]]
             m = {**m, "tool_calls": calls}
         out.append(m)
     return out
 
 
-def render_prompt(tok, messages: list, tools: list, *, max_tool_chars="auto", add_generation_prompt: bool = True) -> tuple[str, list[int]]:
+def render_prompt(tok, messages: list, tools: list, *, max_tool_chars="auto",
+                  add_generation_prompt: bool = True) -> tuple[str, list[int]]:
     """(text, ids) of a state as the policy sees it: the view's messages and tools (`view_state`), the Qwen3 template, the generation prompt.
     The ONE rendering of SFT examples, rollout prompts and GRPO prompts (`max_tool_chars="auto"`: the tokenizer's setting)."""
     return _templated(tok, *view_state(tok, messages, tools, max_tool_chars), add_generation_prompt)
@@ -89,7 +91,8 @@ HIT_HEADER = "id | title | price | shop | services | sold"
 
 
 def _product_hit(p: dict) -> str:
-    return " | ".join([str(p.get("product_id")), str(p.get("title", "")), str(p.get("price", "")), str(p.get("shop_id", "")),
+    return " | ".join([str(p.get("product_id")), str(p.get("title", "")), str(p.get("price", "")),
+                       str(p.get("shop_id", "")),
                        ",".join(p.get("service") or []) or "-", str(p.get("sold_count", 0))])
 
 
@@ -142,14 +145,17 @@ def token_parts(tok, messages: list, tools: list) -> dict:
     """Tokens of a conversation as `render_prompt` renders it, by part: the system block with the tools, the user's request, the
     tool results, the assistant's calls and text, its thinking, and the chat template's tags (the rest of the total)."""
     msgs, viewed = view_state(tok, messages, tools)
-    text, ids = _templated(tok, msgs, viewed, add_generation_prompt=False)  # render_prompt's bytes, the messages viewed once
+    # render_prompt's bytes, the messages viewed once
+    text, ids = _templated(tok, msgs, viewed, add_generation_prompt=False)
     n = lambda t: len(tok(t, add_special_tokens=False)["input_ids"]) if t else 0
-    calls = lambda m: "".join(json.dumps({"name": c["function"]["name"], "arguments": c["function"]["arguments"]}, ensure_ascii=False)
+    calls = lambda m: "".join(json.dumps({"name": c["function"]["name"],
+                                          "arguments": c["function"]["arguments"]}, ensure_ascii=False)
                               for c in m.get("tool_calls") or [])
     parts = {"system and tools": n(text[:text.find("<|im_start|>user")]),
              "user": sum(n(m["content"]) for m in msgs if m["role"] == "user"),
              "tool results": sum(n(m["content"]) for m in msgs if m["role"] == "tool"),
-             "assistant calls and text": sum(n(calls(m)) + n(m.get("content")) for m in msgs if m["role"] == "assistant"),
+             "assistant calls and text": sum(n(calls(m)) + n(m.get("content"))
+                                             for m in msgs if m["role"] == "assistant"),
              "thinking": sum(n(m.get("reasoning_content")) for m in msgs if m["role"] == "assistant")}
     return {**parts, "template tags": len(ids) - sum(parts.values()), "total": len(ids)}
 
@@ -175,5 +181,6 @@ def parse_assistant(tok, completion_ids, prompt_ids, tools: list | None = None) 
         if isinstance(args, str):
             try: args = json.loads(args)
             except json.JSONDecodeError: continue
-        if isinstance(f.get("name"), str) and isinstance(args, dict): calls.append(make_tool_call(f"call_{k}", f["name"], args))
+        if isinstance(f.get("name"), str) and isinstance(args, dict): calls.append(make_tool_call(f"call_{k}",
+                                                                                                  f["name"], args))
     return assistant_message(msg.get("content") or "", msg.get("reasoning_content") or "", calls)

@@ -35,11 +35,12 @@ def jaccard(a: Sequence, b: Sequence) -> float:
     union = sum(ca.values()) + sum(cb.values()) - inter
     return 1.0 if union == 0 else inter / union
 
-
+# %% ../../nbs/06_dr_grpo/00_rewards.ipynb #7c1a7ef4
 def value_score(teacher: Any, policy: Any) -> float:
     "Score of one argument value: strings by token Jaccard, integers by equality, other same-type pairs by equality, else 0."
     if type(teacher) is str and type(policy) is str: return jaccard(_tokens(teacher), _tokens(policy))
-    if type(teacher) is type(policy): return float(teacher == policy)  # int (bool is its own type here), float, None, list, dict
+    # int (bool is its own type here), float, None, list, dict
+    if type(teacher) is type(policy): return float(teacher == policy)
     return 0.0
 
 
@@ -48,7 +49,7 @@ def call_score(teacher: dict, policy: dict) -> float:
     ta, pa = teacher["arguments"], policy["arguments"]
     return jaccard(list(ta), list(pa)) + sum(value_score(v, pa[k]) for k, v in ta.items() if k in pa)
 
-
+# %% ../../nbs/06_dr_grpo/00_rewards.ipynb #bf272364
 def match_score(teacher_calls: list[dict], policy_calls: list[dict]) -> tuple[float, float]:
     "(S, S_max): name Jaccard plus, per teacher call, the best unused same-name policy call's score."
     s = jaccard([c["name"] for c in teacher_calls], [c["name"] for c in policy_calls])
@@ -61,7 +62,7 @@ def match_score(teacher_calls: list[dict], policy_calls: list[dict]) -> tuple[fl
         s += call_score(t, policy_calls[best])
     return s, 1.0 + sum(1 + len(t["arguments"]) for t in teacher_calls)
 
-
+# %% ../../nbs/06_dr_grpo/00_rewards.ipynb #310c23f5
 def message_text(message: dict) -> str:
     "An assistant message dict as the text its turn would be (Qwen3 layout: thinking, content, tool-call blocks)."
     think = message.get("reasoning_content")
@@ -76,7 +77,8 @@ def message_text(message: dict) -> str:
 # %% ../../nbs/06_dr_grpo/00_rewards.ipynb #e50c6565
 def parse_turn(completion) -> dict:
     "One assistant turn parsed: {calls, format (0/1), parseable, problems}; `completion` is text, a message dict, or a list of messages."
-    if isinstance(completion, list): completion = next((m for m in reversed(completion) if m.get("role", "assistant") == "assistant"), {})
+    if isinstance(completion, list): completion = next((m for m in reversed(completion)
+                                                        if m.get("role", "assistant") == "assistant"), {})
     text = message_text(completion) if isinstance(completion, dict) else str(completion)
     for end in _END: text = text.split(end)[0]  # anything after the end of the turn was never part of it
     problems = []
@@ -92,15 +94,18 @@ def parse_turn(completion) -> dict:
     for b in blocks:
         try: obj = json.loads(b)
         except json.JSONDecodeError as e:
-            return {"calls": [], "format": 0, "parseable": False, "problems": problems + [f"tool-call JSON does not parse: {e.msg}"]}
-        if not (isinstance(obj, dict) and isinstance(obj.get("name"), str) and obj["name"] and isinstance(obj.get("arguments"), dict)):
-            return {"calls": [], "format": 0, "parseable": False, "problems": problems + ["a tool call needs a string name and an object of arguments"]}
+            return {"calls": [], "format": 0, "parseable": False,
+                    "problems": problems + [f"tool-call JSON does not parse: {e.msg}"]}
+        if not (isinstance(obj, dict) and isinstance(obj.get("name"), str) and obj["name"]
+                and isinstance(obj.get("arguments"), dict)):
+            return {"calls": [], "format": 0, "parseable": False,
+                    "problems": problems + ["a tool call needs a string name and an object of arguments"]}
         calls.append({"name": obj["name"], "arguments": obj["arguments"]})
     keys = [json.dumps([c["name"], c["arguments"]], sort_keys=True) for c in calls]
     if len(set(keys)) < len(keys): problems.append("duplicate tool calls")
     return {"calls": calls, "format": int(not problems), "parseable": True, "problems": problems}
 
-
+# %% ../../nbs/06_dr_grpo/00_rewards.ipynb #5187e3ab
 def teacher_calls(teacher_action: dict | str) -> list[dict]:
     "The teacher's tool calls as {name, arguments: dict}; `teacher_action` is an assistant message (or its JSON string)."
     if isinstance(teacher_action, str): teacher_action = json.loads(teacher_action)
@@ -111,7 +116,7 @@ def teacher_calls(teacher_action: dict | str) -> list[dict]:
         out.append({"name": f["name"], "arguments": args})
     return out
 
-
+# %% ../../nbs/06_dr_grpo/00_rewards.ipynb #c9fa1617
 def step_reward_parts(completion, teacher_action) -> dict:
     "The reward with its parts: format, match (S/S_max), S, S_max, reward, problems."
     p, tcalls = parse_turn(completion), teacher_calls(teacher_action)
@@ -120,7 +125,8 @@ def step_reward_parts(completion, teacher_action) -> dict:
     else: s, smax = match_score(tcalls, p["calls"])
     lo, hi = REWARD_RANGE
     raw = (FORMAT_WEIGHT * p["format"] + MATCH_WEIGHT * s / smax) / (FORMAT_WEIGHT + MATCH_WEIGHT)  # in [0, 1]
-    return {"format": p["format"], "match": s / smax, "S": s, "S_max": smax, "reward": lo + (hi - lo) * raw, "problems": p["problems"]}
+    return {"format": p["format"], "match": s / smax, "S": s, "S_max": smax, "reward": lo + (hi - lo) * raw,
+            "problems": p["problems"]}
 
 
 def step_reward(completion, teacher_action) -> float:

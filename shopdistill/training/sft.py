@@ -43,26 +43,33 @@ def _sft_trainer_class():
     class PositionsOnlySFTTrainer(SFTTrainer):
         "SFTTrainer whose loss runs the output layer only at positions that carry a label (`lm_loss`)."
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            loss = lm_loss(model, inputs["input_ids"], inputs.get("attention_mask"), inputs["labels"], num_items_in_batch)
-            if self.args.average_tokens_across_devices and num_items_in_batch is not None and self.accelerator.num_processes > 1:
-                # `num_items_in_batch` counts every process's tokens and DDP averages the gradients over processes: as Trainer's own loss does
+            loss = lm_loss(model, inputs["input_ids"], inputs.get("attention_mask"),
+                           inputs["labels"], num_items_in_batch)
+            if (self.args.average_tokens_across_devices and num_items_in_batch is not None
+                    and self.accelerator.num_processes > 1):
+                # `num_items_in_batch` counts every process's tokens and DDP averages the gradients over processes: as
+                # Trainer's own loss does
                 loss = loss * self.accelerator.num_processes
             return (loss, None) if return_outputs else loss
     return PositionsOnlySFTTrainer
 
 
-def sft_config(s: SftSettings, out_dir, max_length: int, *, lr: float | None = None, max_steps: int | None = None, cpu: bool | None = None):
+def sft_config(s: SftSettings, out_dir, max_length: int, *, lr: float | None = None,
+               max_steps: int | None = None, cpu: bool | None = None):
     """The SFTConfig of stages 1-3: the keywords every stage shares (`trainer_arguments`) and SFT's own, every setting that
     matters written out (TRL's defaults change across releases)."""
     import torch
     from trl import SFTConfig
     cpu = (not torch.cuda.is_available()) if cpu is None else cpu
     return SFTConfig(**trainer_arguments(s, out_dir, cpu=cpu, lr=lr, max_steps=max_steps), assistant_only_loss=True,
-                     completion_only_loss=None, packing=False, max_length=max_length, truncation_mode="keep_start", padding_free=False,
-                     save_only_model=False, dataset_num_proc=None, eval_strategy="no", remove_unused_columns=True, model_init_kwargs=None)
+                     completion_only_loss=None, packing=False, max_length=max_length, truncation_mode="keep_start",
+                     padding_free=False,
+                     save_only_model=False, dataset_num_proc=None, eval_strategy="no",
+                     remove_unused_columns=True, model_init_kwargs=None)
 
 
-def sft_trainer(model, tok, dataset, settings: TrainSettings, stage: StageFolder, *, max_steps: int | None = None, lr: float | None = None):
+def sft_trainer(model, tok, dataset, settings: TrainSettings, stage: StageFolder, *,
+                max_steps: int | None = None, lr: float | None = None):
     """The SFTTrainer of stages 1-3 for `model` on `dataset` (SFT rows: `messages`, `tools`), checkpoints in the `trainer/`
     of `stage`; built, not run (`sft` runs it; the dry run of `shopdistill train` only builds it)."""
     import datasets
@@ -74,11 +81,13 @@ def sft_trainer(model, tok, dataset, settings: TrainSettings, stage: StageFolder
                callbacks=[progress_callback(f"SFT {stage.name}")])
 
 # %% ../../nbs/05_supervised_stack/10_sft.ipynb #bcdf53b3
-def sft(model, tok, dataset, settings: TrainSettings, stage: StageFolder, resume: bool = True, *, max_steps: int | None = None,
+def sft(model, tok, dataset, settings: TrainSettings, stage: StageFolder, resume: bool = True, *,
+        max_steps: int | None = None,
         lr: float | None = None) -> Path:
     """Train `model` on `dataset` (SFT rows: `messages`, `tools`) with SFTTrainer into `stage` by `train_stage`: the policy
     goes to its `model/` (returned); a stage that has one is not trained again when `resume`."""
-    return train_stage(stage, lambda: sft_trainer(model, tok, dataset, settings, stage, max_steps=max_steps, lr=lr), tok, resume=resume)
+    return train_stage(stage, lambda: sft_trainer(model, tok, dataset, settings, stage, max_steps=max_steps, lr=lr),
+                       tok, resume=resume)
 
 
 def sweep_lr(make_model, tok, train_rows, eval_rows, settings: TrainSettings, sweep_dir) -> dict:
@@ -87,10 +96,12 @@ def sweep_lr(make_model, tok, train_rows, eval_rows, settings: TrainSettings, sw
     Under a distributed launch every process trains the candidates and the main one measures them (the others get {})."""
     s = settings.sft
     if len(s.lr_sweep) <= 1: return {"best": s.lr_sweep[0] if s.lr_sweep else s.lr}
-    paths = {lr: sft(make_model(), tok, train_rows, settings, StageFolder(Path(sweep_dir) / f"lr-{lr:g}"), max_steps=s.sweep_steps, lr=lr)
+    paths = {lr: sft(make_model(), tok, train_rows, settings, StageFolder(Path(sweep_dir) / f"lr-{lr:g}"),
+                     max_steps=s.sweep_steps, lr=lr)
              for lr in s.lr_sweep}
     if not is_main_process(): return {}
-    res = {lr: corpus_loss(load_policy(str(path))[0], tok, eval_rows, settings.max_length) for lr, path in paths.items()}
+    res = {lr: corpus_loss(load_policy(str(path))[0], tok,
+                           eval_rows, settings.max_length) for lr, path in paths.items()}
     res["best"] = min(res, key=lambda k: res[k])
     return res
 
@@ -99,7 +110,8 @@ def continue_sft(model, tok, rows, settings: TrainSettings, stage: StageFolder, 
     """Stages 2 and 3: SFT continued from a trained policy on `rows`, for `sft.stage2_steps` steps (when > 0) at
     `sft.stage2_lr` (None: the stage-1 rate)."""
     s = settings.sft
-    return sft(model, tok, rows, settings, stage, resume=resume, max_steps=s.stage2_steps if s.stage2_steps > 0 else None, lr=s.stage2_lr)
+    return sft(model, tok, rows, settings, stage, resume=resume,
+               max_steps=s.stage2_steps if s.stage2_steps > 0 else None, lr=s.stage2_lr)
 
 # %% ../../nbs/05_supervised_stack/10_sft.ipynb #bd96974b
 def corpus_loss(model, tok, rows, max_length: int, batch_size: int = 4) -> float:
@@ -111,7 +123,8 @@ def corpus_loss(model, tok, rows, max_length: int, batch_size: int = 4) -> float
     model.eval()
     with torch.inference_mode():
         for r in rows:
-            enc = tok.apply_chat_template(r["messages"], tools=json.loads(r["tools"]), chat_template=tmpl, tokenize=True,
+            enc = tok.apply_chat_template(r["messages"], tools=json.loads(r["tools"]), chat_template=tmpl,
+                                          tokenize=True,
                                           return_dict=True, return_assistant_tokens_mask=True)
             ids = torch.tensor([enc["input_ids"][:max_length]])
             lab = ids.clone()

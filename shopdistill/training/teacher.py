@@ -32,7 +32,8 @@ def teacher_trajectory(problem: dict, engine, step_cap: int = 30) -> dict:
         cid = f"t{k}c0"
         msgs.append(assistant_message("", s["think"], [make_tool_call(cid, s["name"], s["arguments"])]))
         msgs.append(tool_message(cid, s["name"], s["result"]))
-    return {"problem_id": problem["id"], "category": problem["category"], "messages": msgs, "success": bool(env.get_reward())}
+    return {"problem_id": problem["id"], "category": problem["category"], "messages": msgs,
+            "success": bool(env.get_reward())}
 
 
 def teacher_rows(problems: list[dict], engine, tok, settings: TrainSettings, tools=None) -> tuple[list[dict], dict]:
@@ -51,16 +52,19 @@ def teacher_rows(problems: list[dict], engine, tok, settings: TrainSettings, too
     return rows, counts
 
 
-def teacher_sft(model, tok, problems: list[dict], engine, settings: TrainSettings, stage: StageFolder, resume: bool = True) -> tuple[Path, dict]:
+def teacher_sft(model, tok, problems: list[dict], engine, settings: TrainSettings,
+                stage: StageFolder, resume: bool = True) -> tuple[Path, dict]:
     """Stage 3 in `stage`: the reference agent's successes on race-bank problems continue the SFT. Returns (policy folder,
     counts: also its `teacher.json`)."""
     stage.make()
-    if resume and stage.has_policy and stage.teacher.is_file(): return stage.policy, json.loads(stage.teacher.read_text())
+    if resume and stage.has_policy and stage.teacher.is_file():
+        return stage.policy, json.loads(stage.teacher.read_text())
     t0 = time.time()
     rows, counts = teacher_rows(problems, engine, tok, settings)
     info = {"counts": counts, "rows": len(rows), "teacher_seconds": time.time() - t0}
     if rows: path = continue_sft(model, tok, rows, settings, stage, resume)
     else: path = save_policy(model, tok, stage.policy) if is_main_process() else stage.policy
     info["seconds"] = time.time() - t0
-    if is_main_process(): write_json(stage.teacher, info)  # every process of a launch plays the teacher (the same episodes); one writes
+    # every process of a launch plays the teacher (the same episodes); one writes
+    if is_main_process(): write_json(stage.teacher, info)
     return path, info

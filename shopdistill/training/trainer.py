@@ -16,7 +16,7 @@ from ..core.progress import progress
 from ..core.run import StageFolder
 from .policy import save_policy
 from .rollout import close_vllm
-from .settings import LoraSettings, cpu_bf16
+from .settings import LoraSettings, OptimSettings, cpu_bf16
 
 # %% ../../nbs/05_supervised_stack/09_trainer.ipynb #15ff4e06
 def peft_config(s: LoraSettings):
@@ -32,14 +32,16 @@ def bf16_autocast(asked: bool, cpu: bool) -> bool:
     return bool(asked and (not cpu or cpu_bf16()))
 
 
-def trainer_arguments(s, out_dir, *, cpu: bool, lr: float | None = None, max_steps: int | None = None) -> dict:
-    """The keywords of a TRL config that every stage takes from its settings `s` (`SftSettings`, `KtoSettings`, `GrpoSettings`:
-    the same field names): AdamW and its betas, the schedule, the batch, precision (`bf16_autocast`), seeds, checkpoints under
+def trainer_arguments(s: OptimSettings, out_dir, *, cpu: bool, lr: float | None = None, max_steps: int | None = None) -> dict:
+    """The keywords of a TRL config that every stage takes from its settings `s` (an `OptimSettings`: `SftSettings`,
+    `KtoSettings` or `GrpoSettings`): AdamW and its betas, the schedule, the batch, precision (`bf16_autocast`), seeds, checkpoints under
     `out_dir` and logging. `lr` and `max_steps` replace the settings' own (the sweep, stages 2 and 3)."""
     return dict(output_dir=str(out_dir), learning_rate=s.lr if lr is None else lr, lr_scheduler_type=s.scheduler,
                 warmup_steps=float(s.warmup_ratio),  # a float in [0, 1) is a ratio (transformers 5)
-                weight_decay=s.weight_decay, max_grad_norm=s.max_grad_norm, optim="adamw_torch", adam_beta1=s.adam_beta1,
-                adam_beta2=s.adam_beta2, num_train_epochs=s.epochs, max_steps=s.max_steps if max_steps is None else max_steps,
+                weight_decay=s.weight_decay, max_grad_norm=s.max_grad_norm, optim="adamw_torch",
+                adam_beta1=s.adam_beta1,
+                adam_beta2=s.adam_beta2, num_train_epochs=s.epochs,
+                max_steps=s.max_steps if max_steps is None else max_steps,
                 per_device_train_batch_size=s.batch_size, gradient_accumulation_steps=s.grad_accum,
                 seed=s.seed, data_seed=s.seed, dataloader_num_workers=0,
                 use_cpu=cpu, bf16=bf16_autocast(s.bf16, cpu), fp16=False, gradient_checkpointing=False,
@@ -65,7 +67,8 @@ def compact_lm_head():
 def last_checkpoint(folder) -> str | None:
     "The newest `checkpoint-N` folder under `folder` that holds a trainer state, or None."
     folder = Path(folder)
-    cks = sorted((p for p in folder.glob("checkpoint-*") if (p / "trainer_state.json").exists()), key=lambda p: int(p.name.split("-")[-1]))
+    cks = sorted((p for p in folder.glob("checkpoint-*") if (p / "trainer_state.json").exists()),
+                 key=lambda p: int(p.name.split("-")[-1]))
     return str(cks[-1]) if cks else None
 
 
@@ -76,11 +79,13 @@ def progress_callback(desc: str):
     class _Bar(TrainerCallback):
         bar = None
         def on_train_begin(self, args, state, control, **kw):
-            self.bar = progress(state.max_steps, desc, unit="step", initial=state.global_step, disable=not is_main_process())
+            self.bar = progress(state.max_steps, desc, unit="step", initial=state.global_step,
+                                disable=not is_main_process())
         def on_step_end(self, args, state, control, **kw):
             if self.bar is not None: self.bar.update(state.global_step - self.bar.n)
         def on_log(self, args, state, control, logs=None, **kw):
-            if self.bar is not None and logs and "loss" in logs: self.bar.set_postfix(loss=f"{logs['loss']:.3f}", refresh=False)
+            if self.bar is not None and logs and "loss" in logs:
+                self.bar.set_postfix(loss=f"{logs['loss']:.3f}", refresh=False)
         def on_train_end(self, args, state, control, **kw):
             if self.bar is not None: self.bar.close(); self.bar = None
     return _Bar()
@@ -127,7 +132,8 @@ def train_stage(stage: StageFolder, make_trainer, tok, *, resume: bool = True, i
     policy (`save_policy` to `stage.policy`). `info`: what the stage adds to its log, a dict or a function of the trainer."""
     if resume and stage.has_policy: return stage.policy
     stage.make()
-    close_vllm()  # a rollout engine left open (an evaluation, rejection sampling) holds most of the GPU the trainer needs
+    # a rollout engine left open (an evaluation, rejection sampling) holds most of the GPU the trainer needs
+    close_vllm()
     trainer = make_trainer()
     ckpt = last_checkpoint(stage.trainer) if resume else None
     t0 = time.time()
@@ -135,6 +141,8 @@ def train_stage(stage: StageFolder, make_trainer, tok, *, resume: bool = True, i
     model = _trained_model(trainer, stage)
     if not is_main_process(): return stage.policy  # the main process writes the log and the policy
     extra = info(trainer) if callable(info) else dict(info or {})
-    write_json(stage.train_log, {"log_history": trainer.state.log_history, "global_step": trainer.state.global_step, "resumed_from": ckpt,
-                                 "train_seconds": time.time() - t0, "train_loss": getattr(result, "training_loss", None), **extra})
+    write_json(stage.train_log, {"log_history": trainer.state.log_history, "global_step": trainer.state.global_step,
+                                 "resumed_from": ckpt,
+                                 "train_seconds": time.time() - t0,
+                                 "train_loss": getattr(result, "training_loss", None), **extra})
     return save_policy(model, tok, stage.policy)

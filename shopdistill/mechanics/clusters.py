@@ -113,7 +113,8 @@ def strip_gold(problem: dict) -> dict:
 # %% ../../nbs/00_arena_mechanics/03_leak_clusters.ipynb #77e265a5
 def pairwise_scores(predicted: Sequence, truth: Sequence) -> dict:
     "Pairwise precision, recall and F1 of `predicted` cluster labels against `truth` labels, and the pair counts."
-    if len(predicted) != len(truth): raise ValueError(f"pairwise_scores: {len(predicted)} predicted labels for {len(truth)} true ones")
+    if len(predicted) != len(truth): raise ValueError(f"pairwise_scores: {len(predicted)} predicted labels for "
+                                                      f"{len(truth)} true ones")
     def pairs(counts): return sum(c * (c - 1) // 2 for c in counts.values())
     count = lambda xs: dict(zip(*np.unique(np.asarray(xs, dtype=object).astype(str), return_counts=True)))
     both = pairs(count([f"{a}\x00{b}" for a, b in zip(predicted, truth)]))
@@ -121,12 +122,15 @@ def pairwise_scores(predicted: Sequence, truth: Sequence) -> dict:
     precision = both / pp if pp else 1.0
     recall = both / tp if tp else 1.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"precision": precision, "recall": recall, "f1": f1, "predicted_pairs": pp, "true_pairs": tp, "correct_pairs": both}
+    return {"precision": precision, "recall": recall, "f1": f1, "predicted_pairs": pp, "true_pairs": tp,
+            "correct_pairs": both}
 
 # %% ../../nbs/00_arena_mechanics/03_leak_clusters.ipynb #ba03933d
-def shingle_clusters(problems: Sequence[dict], threshold: float = 0.5, n: int = 3, num_perm: int = 128, seed: int = 1) -> list[int]:
+def shingle_clusters(problems: Sequence[dict], threshold: float = 0.5, n: int = 3, num_perm: int = 128,
+                     seed: int = 1) -> list[int]:
     "The baseline: plain MinHash near-duplicates (Jaccard >= `threshold`) of the queries' word `n`-gram shingles, joined by union-find."
-    sets = [{" ".join(w[i:i + n]) for i in range(max(1, len(w) - n + 1))} for w in (normalise_text(p["query"]).split() for p in problems)]
+    sets = [{" ".join(w[i:i + n]) for i in range(max(1, len(w) - n + 1))}
+            for w in (normalise_text(p["query"]).split() for p in problems)]
     sigs = MinHash.bulk([[s.encode() for s in sorted(x)] for x in sets], num_perm=num_perm, seed=seed)
     lsh, ds = MinHashLSH(threshold=threshold, num_perm=num_perm), DisjointSet(range(len(sets)))
     for i, m in enumerate(sigs): lsh.insert(i, m)

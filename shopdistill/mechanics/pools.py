@@ -47,14 +47,16 @@ def pool_audit(problems: Sequence[dict], pools: Sequence[str], labels: Sequence)
     for c, idx in sorted(_cluster_members(labels).items(), key=lambda kv: str(kv[0])):
         ps = sorted({pools[i] for i in idx})
         if len(ps) > 1:
-            findings.append({"kind": "cluster", "cluster": c, "pools": ps, "problems": sorted(problems[i]["id"] for i in idx)})
+            findings.append({"kind": "cluster", "cluster": c, "pools": ps,
+                             "problems": sorted(problems[i]["id"] for i in idx)})
     by_gold = defaultdict(set)
     for i, p in enumerate(problems):
         for g in gold_ids(p): by_gold[g].add(i)
     for g, idx in sorted(by_gold.items()):
         ps = sorted({pools[i] for i in idx})
         if len(ps) > 1:
-            findings.append({"kind": "gold_product", "product_id": g, "pools": ps, "problems": sorted(problems[i]["id"] for i in idx)})
+            findings.append({"kind": "gold_product", "product_id": g, "pools": ps,
+                             "problems": sorted(problems[i]["id"] for i in idx)})
     return findings
 
 # %% ../../nbs/00_arena_mechanics/04_pools.ipynb #3e48d10b
@@ -73,10 +75,12 @@ def public_suite(problems: Sequence[dict], pools: Sequence[str], labels: Sequenc
     rng = np.random.default_rng([seed, version])
     chosen = []
     for cat in TASK_CATEGORIES:
-        cand = sorted((i for i, p in enumerate(problems) if pools[i] == "open" and p["category"] == cat), key=lambda i: problems[i]["id"])
+        cand = sorted((i for i, p in enumerate(problems) if pools[i] == "open" and p["category"] == cat),
+                      key=lambda i: problems[i]["id"])
         got = _one_per_cluster([cand[int(k)] for k in rng.permutation(len(cand))], labels, per_category)
         if len(got) < per_category:
-            raise ValueError(f"public_suite v{version}: the open pool has only {len(got)} clusters of category {cat!r}, need {per_category}")
+            raise ValueError(f"public_suite v{version}: the open pool has only {len(got)} clusters of category "
+                             f"{cat!r}, need {per_category}")
         chosen += got
     return {"version": f"v{version}", "problem_ids": [problems[i]["id"] for i in chosen]}
 
@@ -85,6 +89,7 @@ def race_problems(problems: Sequence[dict], pools: Sequence[str], labels: Sequen
                   pool: str = "held_out") -> list[str]:
     "The ids of the `n` problems a race with `problem_seed` runs: a seeded draw from `pool`, one problem per cluster."
     cand = sorted((i for i in range(len(problems)) if pools[i] == pool), key=lambda i: problems[i]["id"])
-    got = _one_per_cluster([cand[int(k)] for k in np.random.default_rng(problem_seed).permutation(len(cand))], labels, n)
+    got = _one_per_cluster([cand[int(k)] for k in np.random.default_rng(problem_seed).permutation(len(cand))], labels,
+                           n)
     if len(got) < n: raise ValueError(f"race_problems: pool {pool!r} has only {len(got)} clusters, the race needs {n}")
     return [problems[i]["id"] for i in got]

@@ -19,7 +19,8 @@ class MarginSettings:
     "The challenge margin a challenger must beat the incumbent by, and how it decays (see `challenge_margin`)."
     law: str = "exponential"  # exponential | linear | constant | none
     start: float = 0.03  # relative margin right after a new incumbent takes the top spot (Ridges, SN62: 3%)
-    half_life_h: float = 24.0  # exponential law: hours for the margin to halve (Nous: an advantage that fades over 12-24 h)
+    # exponential law: hours for the margin to halve (Nous: an advantage that fades over 12-24 h)
+    half_life_h: float = 24.0
     window_h: float = 24.0  # linear law: hours until the margin reaches zero
 
 
@@ -170,14 +171,17 @@ U16_MAX = 65535
 
 WEIGHT_RULES = ("tail", "winner_take_all")
 
-def u16_weights(ranked_uids: Sequence[int], rule: str = "tail", winner_share: float = 0.25, burn_uid: int = 0) -> dict[int, int]:
+def u16_weights(ranked_uids: Sequence[int], rule: str = "tail", winner_share: float = 0.25,
+                burn_uid: int = 0) -> dict[int, int]:
     """uid -> u16 weight for finishers in weight order (`ranked_uids[0]` won). The burn uid is pinned at 65535, the
     winner gets round(winner_share · total) with total = (65535 + tail) / (1 - winner_share); under `tail` ranks
     2..K (K = N // 2) get K + 1 - rank, under `winner_take_all` nobody else gets anything. Finishers without weight
     are listed with 0. No finishers: everything burns."""
-    if rule not in WEIGHT_RULES: raise ValueError(f"u16_weights: unknown rule {rule!r} (known: {', '.join(WEIGHT_RULES)})")
+    if rule not in WEIGHT_RULES: raise ValueError(f"u16_weights: unknown rule {rule!r} (known: "
+                                                  f"{', '.join(WEIGHT_RULES)})")
     if not 0 < winner_share <= 0.5:
-        raise ValueError(f"u16_weights: winner_share must be in (0, 0.5] (the burn is pinned at {U16_MAX}), got {winner_share}")
+        raise ValueError(f"u16_weights: winner_share must be in (0, 0.5] (the burn is pinned at {U16_MAX}), "
+                         f"got {winner_share}")
     uids = [int(u) for u in ranked_uids]
     if len(set(uids)) != len(uids): raise ValueError(f"u16_weights: a uid appears twice among the finishers {uids}")
     if burn_uid in uids: raise ValueError(f"u16_weights: the burn uid {burn_uid} cannot be a finisher")
@@ -197,7 +201,8 @@ def weight_vector(weights: Mapping[int, int], n_uids: int) -> list[int]:
 # %% ../../nbs/00_arena_mechanics/00_rules.ipynb #0c974bfc
 def judge_coefficient(mean_quality: float) -> float:
     "The multiplier of the success rate: 1 if q̄ >= 0.8, else 0.3 + q̄ · 0.7 / 0.8 (validator code)."
-    if not 0 <= mean_quality <= 1: raise ValueError(f"judge_coefficient: mean quality must be in [0, 1], got {mean_quality}")
+    if not 0 <= mean_quality <= 1: raise ValueError(f"judge_coefficient: mean quality must be in [0, 1], "
+                                                    f"got {mean_quality}")
     return 1.0 if mean_quality >= 0.8 else 0.3 + mean_quality * 0.7 / 0.8
 
 
@@ -223,8 +228,10 @@ def yuma_epoch(weights, stake, kappa: float = 0.5) -> dict:
     W = np.asarray(weights, dtype=float)
     S = np.asarray(stake, dtype=float)
     if W.ndim != 2 or S.shape != (W.shape[0],):
-        raise ValueError(f"yuma_epoch: weights must be validators x uids and stake one per validator, got {W.shape} and {S.shape}")
-    if (W < 0).any() or (S < 0).any() or S.sum() <= 0: raise ValueError("yuma_epoch: weights and stake must be >= 0, with some stake")
+        raise ValueError(f"yuma_epoch: weights must be validators x uids and stake one per validator, got "
+                         f"{W.shape} and {S.shape}")
+    if (W < 0).any() or (S < 0).any() or S.sum() <= 0: raise ValueError("yuma_epoch: weights and stake must be >= 0, "
+                                                                        "with some stake")
     rows = W.sum(axis=1, keepdims=True)
     W = np.divide(W, rows, out=np.zeros_like(W), where=rows > 0)
     S = S / S.sum()

@@ -10,7 +10,9 @@ import hashlib
 import json
 import numpy as np
 from typing import Sequence
-from .paraphrase import VARIANT_KINDS, _index, draw_style, golds_of, item_noun, protected_spans, render_query, reword_voucher, sibling_task, swap_synonyms, toggle_line_breaks
+from .paraphrase import (VARIANT_KINDS, catalog_index, draw_style, golds_of, item_noun,
+                                              protected_spans, render_query, reword_voucher, sibling_task,
+                                              swap_synonyms, toggle_line_breaks)
 from .paraphrase import gold_ids
 
 # %% ../../nbs/00_arena_mechanics/02_bank.ipynb #06388946
@@ -55,15 +57,17 @@ def spec_variants(spec: dict, nouns: list[str], styles: dict, rng, base_text: st
     return listed
 
 # %% ../../nbs/00_arena_mechanics/02_bank.ipynb #53a380ea
-def build_bank(tasks: Sequence[dict], catalog, seed: int = 0, sibling_fraction: float = 0.3, extra_variants: float = 1.5,
+def build_bank(tasks: Sequence[dict], catalog, seed: int = 0, sibling_fraction: float = 0.3,
+               extra_variants: float = 1.5,
                kinds: Sequence[str] = VARIANT_KINDS) -> list[dict]:
     """A problem bank with planted leak clusters: every variant kind of every task in `tasks`, a geometric number (mean
     `extra_variants`) of further paraphrases, and siblings for a `sibling_fraction` of the tasks. Deterministic in
     `seed`; returned in a seeded shuffled order; exact duplicates dropped. The generation labels are in each
     problem's `extra` (`spec`, `variant`, `sibling_of`), for measuring only."""
-    if not 0 <= sibling_fraction <= 1: raise ValueError(f"build_bank: sibling_fraction must be in [0, 1], got {sibling_fraction}")
+    if not 0 <= sibling_fraction <= 1: raise ValueError(f"build_bank: sibling_fraction must be in [0, 1], got "
+                                                        f"{sibling_fraction}")
     rng = np.random.default_rng([seed, 0])
-    index = _index(catalog)
+    index = catalog_index(catalog)
     by_id = index[0]
     used = {pid for t in tasks for pid in gold_ids(t)}
     specs = []  # (spec, base_text, styles, sibling_of)
