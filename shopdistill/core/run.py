@@ -18,7 +18,8 @@ from .settings import ConfigError
 
 # %% ../../nbs/core/01_run.ipynb #354df8af
 def repo_root() -> Path:
-    "The repository root: `$SHOPDISTILL_HOME`, else the checkout holding the `shopdistill` package, else the current folder."
+    """The repository root: `$SHOPDISTILL_HOME`, else the checkout holding the `shopdistill`
+    package, else the current folder."""
     if os.environ.get("SHOPDISTILL_HOME"): return Path(os.environ["SHOPDISTILL_HOME"]).expanduser().absolute()
     # shopdistill/__init__.py -> the checkout
     here = Path(importlib.util.find_spec("shopdistill").origin).resolve().parents[1]
@@ -147,12 +148,13 @@ class CorpusFolder(Layout):
 # %% ../../nbs/core/01_run.ipynb #23a6fbc0
 @dataclass(frozen=True)
 class Stage:
-    """One stage of the recipe: its folder under `train/` (`name`), the short name `shopdistill train --stage` also takes
-    (`alias`), the stage whose policy it starts from (`starts_from`; None: the profile's `train.base`), the settings section
-    it reads (`section`, with `options` replaced into it) and its run function (`run`: `module:function`, or a function),
-    which takes the run's `training.stages.Recipe` and that section and returns the stage's held-out evaluation row (every
-    stage is evaluated alike; the profile's `eval.sampled` names those also sampled for pass@k). `words` and `label` name
-    it in the paper's prose and tables; `chapter` is the chapter that runs it."""
+    """One stage of the recipe: its folder under `train/` (`name`), the short name `shopdistill train --stage` also
+    takes (`alias`), the stage whose policy it starts from (`starts_from`; None: the profile's `train.base`), the
+    settings section it reads (`section`, with `options` replaced into it) and its run function (`run`:
+    `module:function`, or a function), which takes the run's `training.stages.Recipe` and that section and returns the
+    stage's held-out evaluation row (every stage is evaluated alike; the profile's `eval.sampled` names those also
+    sampled for pass@k). `words` and `label` name it in the paper's prose and tables; `chapter`
+    is the chapter that runs it."""
     name: str
     alias: str
     starts_from: str | None
@@ -375,9 +377,9 @@ def _there(path) -> bool:
 
 
 def reads(run: Run, *inputs, optional=(), writes=()) -> None:
-    """Print which outputs of `run` a notebook reads (`inputs`; `optional` ones it rebuilds or goes without) and which it
-    `writes`: each input's path, whether it is there, and the notebook that writes it. Raises FileNotFoundError naming every
-    missing one of `inputs` and the command that makes them."""
+    """Print which outputs of `run` a notebook reads (`inputs`; `optional` ones it rebuilds or goes without) and which
+    it `writes`: each input's path, whether it is there, and the notebook that writes it. Raises FileNotFoundError
+    naming every missing one of `inputs` and the command that makes them."""
     made = "" if run.path.is_dir() else f" (not made yet: `make reproduce PROFILE={run.profile}` makes it)"
     print(f"profile {run.profile}: run folder {_shown(run.path)}{made}")
     for verb, p in [("reads", p) for p in inputs] + [("may read", p) for p in optional]:
@@ -401,7 +403,8 @@ KEY_FILE = "inputs.key"
 
 
 def keyed_dir(folder, key: str | None = None) -> Path:
-    "`folder`, created, and emptied first when its stamp (`inputs.key`) names other inputs than `key` (default: `$SHOPDISTILL_CHAPTER_KEY`)."
+    """`folder`, created, and emptied first when its stamp (`inputs.key`) names other inputs than `key` (default:
+    `$SHOPDISTILL_CHAPTER_KEY`)."""
     key = key if key is not None else os.environ.get(CHAPTER_KEY_ENV)
     folder = Path(folder)
     stamp = folder / KEY_FILE
