@@ -561,6 +561,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                       'shopdistill.core.run._path': ('core/run.html#_path', 'shopdistill/core/run.py'),
                                       'shopdistill.core.run._shown': ('core/run.html#_shown', 'shopdistill/core/run.py'),
                                       'shopdistill.core.run._there': ('core/run.html#_there', 'shopdistill/core/run.py'),
+                                      'shopdistill.core.run.chosen_profile': ('core/run.html#chosen_profile', 'shopdistill/core/run.py'),
                                       'shopdistill.core.run.configs_dir': ('core/run.html#configs_dir', 'shopdistill/core/run.py'),
                                       'shopdistill.core.run.figures_dir': ('core/run.html#figures_dir', 'shopdistill/core/run.py'),
                                       'shopdistill.core.run.find_stage': ('core/run.html#find_stage', 'shopdistill/core/run.py'),

@@ -7,7 +7,7 @@ __all__ = ['RECIPE', 'PROFILE_ENV', 'WRITERS', 'CHAPTER_KEY_ENV', 'KEY_FILE', 'r
            'figures_dir', 'generated_dir', 'is_profile_path', 'profile_name', 'Layout', 'SandboxFolder', 'ArenaFolder',
            'TrajectoriesFolder', 'CorpusFolder', 'Stage', 'recipe', 'stage_names', 'find_stage', 'stage_label',
            'stage_words', 'StageFolder', 'TrainFolder', 'LoopFolder', 'GeneratedFolder', 'ResultsFolder', 'Run',
-           'writer_of', 'reads', 'keyed_dir']
+           'chosen_profile', 'writer_of', 'reads', 'keyed_dir']
 
 # %% ../../nbs/core/01_run.ipynb #8b86bb8a
 import importlib.util, os, re, shutil
@@ -337,9 +337,17 @@ class Run(Layout):
         "The executed copy of chapter notebook `name` (`<chapter folder>/<notebook>`), as the driver writes it."
         return self.path / f"{name}.ipynb"
 
-# %% ../../nbs/core/01_run.ipynb #55f6bf87
+# %% ../../nbs/core/01_run.ipynb #9a922e57
 PROFILE_ENV = "SHOPDISTILL_PROFILE"  # the profile a notebook opened by hand reads (`make lab PROFILE=ci` sets it; default smoke)
 
+
+def chosen_profile(profile: str | None = None) -> str:
+    """The profile a chapter reads: the one a reproduction injected into its parameters cell (`profile`), else
+    `$SHOPDISTILL_PROFILE` (`make lab PROFILE=ci`), else smoke. The parameters cell itself holds only a literal, as
+    papermill reads it."""
+    return profile or os.environ.get(PROFILE_ENV, "smoke")
+
+# %% ../../nbs/core/01_run.ipynb #55f6bf87
 # the notebook that writes each folder of a run: the first part of a path in it, or `train/<stage>` where the stage says
 WRITERS = {"arena_rules": "00_arena_mechanics/05_a_toy_season",
            "sandbox": "01_shopping_sandbox/10_the_sandbox_of_this_profile",
@@ -347,8 +355,8 @@ WRITERS = {"arena_rules": "00_arena_mechanics/05_a_toy_season",
            "trajectories": "03_normalise_and_judge/04_the_trajectories_of_this_profile",
            "corpus": "04_structural_filter/11_the_corpus_of_this_profile",
            "train": "05_supervised_stack/15_the_recipe_on_this_profile",
-           "train/dr_grpo": "06_dr_grpo/03_stage_5_on_this_profile",
-           "train/outcome_grpo": "06_dr_grpo/03_stage_5_on_this_profile",
+           # chapter 06's stages
+           **{f"train/{s.name}": "06_dr_grpo/03_stage_5_on_this_profile" for s in RECIPE if s.chapter == "06"},
            "loop": "07_results/06_this_run_s_results", "results": "07_results/06_this_run_s_results"}
 
 
