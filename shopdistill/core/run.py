@@ -5,9 +5,9 @@
 # %% auto #0
 __all__ = ['RECIPE', 'PROFILE_ENV', 'WRITERS', 'CHAPTER_KEY_ENV', 'KEY_FILE', 'repo_root', 'configs_dir', 'runs_root',
            'figures_dir', 'generated_dir', 'is_profile_path', 'profile_name', 'Layout', 'SandboxFolder', 'ArenaFolder',
-           'TrajectoriesFolder', 'CorpusFolder', 'Stage', 'recipe', 'stage_names', 'find_stage', 'stage_label',
-           'stage_words', 'StageFolder', 'TrainFolder', 'LoopFolder', 'GeneratedFolder', 'ResultsFolder', 'Run',
-           'chosen_profile', 'writer_of', 'reads', 'keyed_dir']
+           'TrajectoriesFolder', 'CorpusFolder', 'Stage', 'recipe', 'stage_names', 'find_stage', 'known_stage',
+           'stage_label', 'stage_words', 'StageFolder', 'TrainFolder', 'LoopFolder', 'GeneratedFolder', 'ResultsFolder',
+           'Run', 'chosen_profile', 'writer_of', 'reads', 'keyed_dir']
 
 # %% ../../nbs/core/01_run.ipynb #8b86bb8a
 import importlib.util, os, re, shutil
@@ -206,14 +206,19 @@ def find_stage(name: str) -> Stage:
     raise ValueError(f"unknown stage {name!r}; stages: " + ", ".join(f"{s.name} ({s.alias})" for s in recipe()))
 
 
+def known_stage(name: str) -> Stage | None:
+    "The stage of `RECIPE` whose folder is `name`; None for a folder the recipe does not know."
+    return next((s for s in recipe() if s.name == name), None)
+
+
 def stage_label(name: str) -> str:
     "How the tables label stage `name` (`Stage.label`; a folder the recipe does not know, by its name)."
-    return next((s.label for s in recipe() if s.name == name), name)
+    return s.label if (s := known_stage(name)) else name
 
 
 def stage_words(name: str) -> str:
     "How the paper's prose names stage `name` (`Stage.words`; a folder the recipe does not know, by its name)."
-    return next((s.words for s in recipe() if s.name == name), name)
+    return s.words if (s := known_stage(name)) else name
 
 # %% ../../nbs/core/01_run.ipynb #d1829763
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ __all__ = ['STYLES', 'FUNNEL_PUBLISHED', 'arena_table', 'funnel_table', 'confusi
            'per_category_table', 'did_sentence', 'grpo_pass_sentence', 'prose_macros', 'published_macros']
 
 # %% ../../nbs/07_results/03_tables.ipynb #d6a6f1b7
-from ..core.run import recipe, stage_label, stage_words
+from ..core.run import known_stage, stage_label, stage_words
 from .published import published_value
 from .tex import (Quoted, booktabs, change_sentence, change_verdict, gap_sentence,
                                      interval_sentence, macro_name)
@@ -200,15 +200,10 @@ def _did_grpo(f: _Facts, prev: str) -> str | None:
     return f"plays the sandbox{probs} and trains on the outcome reward{f.steps()}"  # outcome GRPO: no states screened
 
 
-def _entry(name: str):
-    "Stage `name` of the recipe's list (`core.run.RECIPE`), or None for a folder it does not know."
-    return next((s for s in recipe() if s.name == name), None)
-
-
 def _describer(f: _Facts, stage: str):
     """The sentence that tells what `stage` learnt from: by the settings section the recipe gives it (KTO, GRPO), and
     within the SFT stages by the record it left (rejection sampling counts its samples, the teacher its successes)."""
-    section = getattr(_entry(stage), "section", None)
+    section = getattr(known_stage(stage), "section", None)
     if section == "kto": return _did_kto
     if section == "grpo": return _did_grpo
     if section == "train": return _did_rejection if f.has("samples") else _did_teacher if f.has("successes") else _did_sft
@@ -261,13 +256,13 @@ def prose_macros(q: Quoted, stages: list[str]) -> dict[str, str]:
         if p + ".vs_prev.diff" in q.results:
             out[macro_name("change", s)] = change_sentence(q, f"stage.{prev}.asr", p + ".asr", p + ".vs_prev.diff",
                                                            p + ".vs_prev.lo", p + ".vs_prev.hi")
-        if (getattr(_entry(s), "section", None) == "grpo" and p + ".vs_prev.pass@1.diff" in q.results
+        if (getattr(known_stage(s), "section", None) == "grpo" and p + ".vs_prev.pass@1.diff" in q.results
                 and all(q.results.get(f"stage.{x}.pass@8") is not None for x in (prev, s))):
             out["GrpoPassClaim"] = grpo_pass_sentence(q, prev, s)
     if len(stages) > 1:
         first, last = (tuple(f"stage.{s}.{k}" for k in ("asr", "asr_lo", "asr_hi")) for s in (stages[0], stages[-1]))
         out["RecipeChange"], out["RecipeLastStage"] = interval_sentence(q, first, last), stage_words(stages[-1])
-    supervised = [s for s in stages if (e := _entry(s)) and e.trains and e.chapter == "05"]
+    supervised = [s for s in stages if (e := known_stage(s)) and e.trains and e.chapter == "05"]
     sampled = [s for s in supervised if q.results.get(f"stage.{s}.pass@8") is not None] or supervised[-1:]
     if sampled:
         out["PassGap"] = gap_sentence(q, f"stage.{sampled[-1]}.pass@1", f"stage.{sampled[-1]}.pass@8")
