@@ -7,7 +7,7 @@ __all__ = ['RECIPE', 'PROFILE_ENV', 'WRITERS', 'CHAPTER_KEY_ENV', 'KEY_FILE', 'r
            'figures_dir', 'generated_dir', 'is_profile_path', 'profile_name', 'Layout', 'SandboxFolder', 'ArenaFolder',
            'TrajectoriesFolder', 'CorpusFolder', 'Stage', 'recipe', 'stage_names', 'find_stage', 'known_stage',
            'stage_label', 'stage_words', 'StageFolder', 'TrainFolder', 'LoopFolder', 'GeneratedFolder', 'ResultsFolder',
-           'Run', 'chosen_profile', 'writer_of', 'reads', 'keyed_dir']
+           'Run', 'chosen_profile', 'writer_of', 'shown_path', 'reads', 'keyed_dir']
 
 # %% ../../nbs/core/01_run.ipynb #8b86bb8a
 import importlib.util, os, re, shutil
@@ -377,9 +377,10 @@ def writer_of(run: Run, path) -> str | None:
     return (WRITERS.get("/".join(parts[:2])) or WRITERS.get(parts[0])) if parts else None
 
 
-def _shown(path) -> str:
-    "`path` from the repository root when it lies under it, else whole."
-    p, root = _path(path).absolute(), repo_root()
+def shown_path(path, root=None) -> str:
+    """`path` (a path or a folder's `Layout`) relative to `root` (default: the repository root) when it lies under it,
+    else whole: what manifests and messages print, so they do not depend on where the checkout is."""
+    p, root = _path(path).absolute(), Path(root) if root is not None else repo_root()
     return str(p.relative_to(root)) if p.is_relative_to(root) else str(p)
 
 
@@ -394,18 +395,18 @@ def reads(run: Run, *inputs, optional=(), writes=()) -> None:
     it `writes`: each input's path, whether it is there, and the notebook that writes it. Raises FileNotFoundError
     naming every missing one of `inputs` and the command that makes them."""
     made = "" if run.path.is_dir() else f" (not made yet: `make reproduce PROFILE={run.profile}` makes it)"
-    print(f"profile {run.profile}: run folder {_shown(run.path)}{made}")
+    print(f"profile {run.profile}: run folder {shown_path(run.path)}{made}")
     for verb, p in [("reads", p) for p in inputs] + [("may read", p) for p in optional]:
         w = writer_of(run, p)
-        print(f"  {verb:<8} {_shown(p)}: {'there' if _there(p) else 'MISSING'}" + (f", written by {w}" if w else ""))
-    for p in writes: print(f"  {'writes':<8} {_shown(p)}")
+        print(f"  {verb:<8} {shown_path(p)}: {'there' if _there(p) else 'MISSING'}" + (f", written by {w}" if w else ""))
+    for p in writes: print(f"  {'writes':<8} {shown_path(p)}")
     if not (inputs or optional or writes): print("  reads and writes nothing of the run: only the profile's settings")
     missing = [p for p in inputs if not _there(p)]
     if not missing: return
     by = sorted({w for p in missing if (w := writer_of(run, p))})
     raise FileNotFoundError(
         f"missing input{'s' * (len(missing) > 1)} of profile {run.profile}: "
-        + ", ".join(f"{_shown(p)}" + (f" (written by {w})" if (w := writer_of(run, p)) else " (named by the profile)")
+        + ", ".join(f"{shown_path(p)}" + (f" (written by {w})" if (w := writer_of(run, p)) else " (named by the profile)")
                     for p in missing)
         + (f". `make reproduce PROFILE={run.profile}` makes {'them' if len(missing) > 1 else 'it'}, or run "
            f"nbs/{by[0]}.ipynb first" if by else ": the profile's settings name it; put the files there"))

@@ -23,7 +23,7 @@ import yaml
 
 from ..core.files import write_json
 from ..core.provenance import changed_files, folder_hashes, machine
-from ..core.run import (CHAPTER_KEY_ENV, GeneratedFolder, Run, is_profile_path, figures_dir, generated_dir,
+from ..core.run import (CHAPTER_KEY_ENV, shown_path, GeneratedFolder, Run, is_profile_path, figures_dir, generated_dir,
                                   repo_root, runs_root as default_runs_root)
 from .settings import load_config, profile_path
 from .doctor import gpu_needed, preflight, preflight_report
@@ -195,11 +195,6 @@ def write_manifest(run: Run, manifest: dict):
     tmp = p.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     os.replace(tmp, p)
-
-
-def _shown(path: Path, root: Path) -> str:
-    "`path` relative to `root` when inside it (so manifests do not depend on where the checkout is), else absolute."
-    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
 
 def _folders(profile, nbs_dir, runs_root, configs_dir, settings=None):
@@ -493,7 +488,7 @@ class _Following:
 def _manifest_head(settings, cfg_file, root, flags, skip, versions, inputs) -> dict:
     "The parts of the manifest that describe the whole run: profile, settings files, flags, commit, versions, seeds."
     return {"profile": settings.profile,
-            "config": {"files": [_shown(f, root) for f in settings.files], "sha256": settings.digest()},
+            "config": {"files": [shown_path(f, root) for f in settings.files], "sha256": settings.digest()},
             "flags": list(flags), "skip_flags": skip, "git": git_state(root), "python": platform.python_version(),
             "packages": versions, "seeds": settings.seeds()}
 
@@ -501,7 +496,7 @@ def _manifest_head(settings, cfg_file, root, flags, skip, versions, inputs) -> d
 def write_settings(run: Run, settings, root) -> Path:
     """The run's `settings.yaml`: every effective setting, defaults included, under a line
     naming the files they came from."""
-    files = " extending ".join(_shown(f, root) for f in settings.files)
+    files = " extending ".join(shown_path(f, root) for f in settings.files)
     text = f"# the effective settings of profile {settings.profile} ({files}); digest {settings.digest()}\n"
     run.settings.write_text(text + yaml.safe_dump(settings.effective(), sort_keys=False, allow_unicode=True, width=120))
     return run.settings
@@ -631,7 +626,7 @@ def reproduce(profile="smoke", only=None, flags=(), force=False, *, nbs_dir=None
         ran = any(manifest["notebooks"][notebook_name(c)]["status"] == "executed" for c in selected)
         if settings.publish and _up_to_date(manifest, inputs) and (ran or not generated.record.exists()):
             write_record(generated, manifest, settings, figures, nbs.parent)
-            ctx["say"].say(f"record of this reproduction: {_shown(generated.record, nbs.parent)}")
+            ctx["say"].say(f"record of this reproduction: {shown_path(generated.record, nbs.parent)}")
     ctx["say"].table(manifest, [notebook_name(c) for c in selected])
     return manifest
 
@@ -676,7 +671,7 @@ def check_published(*, generated=None, figures=None, nbs_dir=None, configs_dir=N
     leave: a notebook it would execute again (and why), a file that differs from its record. Empty: they are current."""
     generated = GeneratedFolder(Path(generated) if generated is not None else generated_dir())
     figures = Path(figures) if figures is not None else figures_dir()
-    if not generated.record.is_file(): return [f"{_shown(generated.record, repo_root())} is missing: no reproduction "
+    if not generated.record.is_file(): return [f"{shown_path(generated.record, repo_root())} is missing: no reproduction "
                                                f"recorded these results"]
     rec = json.loads(generated.record.read_text())
     nbs, cfg_file, settings, _ = _folders(rec["profile"], nbs_dir, None, configs_dir)
