@@ -115,8 +115,10 @@ def test_every_notebook_that_takes_a_profile_reads_it_from_the_environment_and_s
     for p in found:
         cells = nbformat.read(p, as_version=4).cells
         i = next(i for i, c in enumerate(cells) if "parameters" in c.metadata.get("tags", []))
-        assert f'os.environ.get("{PROFILE_ENV}", "smoke")' in cells[i].source, p
-        assert any(re.search(r"^reads\(", c.source, re.M) for c in cells[i + 1:i + 4] if c.cell_type == "code"), \
+        # a literal papermill can read, resolved in the next cell (`chosen_profile`: the injected one, else the environment's)
+        assert re.fullmatch(r"profile = None(\s*#.*)?", cells[i].source.strip()), p
+        assert "profile = chosen_profile(profile)" in cells[i + 1].source, p
+        assert any(re.search(r"^reads\(", c.source, re.M) for c in cells[i + 1:i + 5] if c.cell_type == "code"), \
             f"{p.relative_to(ROOT)}: no reads(...) in the cells after its parameters"
 
 

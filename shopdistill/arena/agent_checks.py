@@ -52,7 +52,8 @@ def _norm(text: str) -> str: return " ".join(re.findall(r"[a-z0-9]+", text.lower
 
 # %% ../../nbs/02_arena_traces/06_agent_checks.ipynb #fd592836
 class ProblemPhrases:
-    "What the static checks need to know about the problems: their 6-word and 30-character windows and their rare terms."
+    """What the static checks need to know about the problems: their 6-word and 30-character
+    windows and their rare terms."""
     def __init__(self, problems, min_boiler_problems: int = 5, boiler_share: float = 0.02, rare_share: float = 0.2):
         texts = [_norm(p["query"] if isinstance(p, dict) else str(p)) for p in problems]
         n = max(1, len(texts))
@@ -94,7 +95,8 @@ def _dotted(node) -> str:
 def _import_problem(mod: str) -> str | None:
     top = mod.split(".")[0]
     if top == "shopdistill":
-        return None if any(mod == a or mod.startswith(a + ".") for a in ALLOWED_SHOPDISTILL) else f"'{mod}': only {', '.join(sorted(ALLOWED_SHOPDISTILL))} may be imported from shopdistill"
+        return (None if any(mod == a or mod.startswith(a + ".") for a in ALLOWED_SHOPDISTILL)
+                else f"'{mod}': only {', '.join(sorted(ALLOWED_SHOPDISTILL))} may be imported from shopdistill")
     if top in NETWORK_MODULES and not any(mod == m or mod.startswith(m + ".") for m in NETWORK_SAFE):
         return f"'{mod}' is a network module (use the provided tool client, shopdistill.arena.tool_client)"
     if top in PROCESS_MODULES: return f"'{mod}' can start processes, load code or touch files"
@@ -103,7 +105,8 @@ def _import_problem(mod: str) -> str | None:
 
 def _write_mode(call: ast.Call, pos: int) -> str | None:
     mode = call.args[pos] if len(call.args) > pos else next((k.value for k in call.keywords if k.arg == "mode"), None)
-    if isinstance(mode, ast.Constant) and isinstance(mode.value, str) and set(mode.value) & set("wax+"): return mode.value
+    if isinstance(mode, ast.Constant) and isinstance(mode.value, str) and set(mode.value) & set("wax+"):
+        return mode.value
     return None
 
 # %% ../../nbs/02_arena_traces/06_agent_checks.ipynb #ea7da7d0

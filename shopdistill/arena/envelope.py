@@ -35,7 +35,8 @@ def tool_call_id(name: str, params) -> str:
 
 # %% ../../nbs/02_arena_traces/00_envelope.ipynb #0cfd8251
 def render_content(think: str, tool_calls: list, response: str) -> str:
-    "The model's tagged text: `<think>..</think>`, `<tool_call>[{name, parameters}, ..]</tool_call>`, `<response>..</response>`."
+    """The model's tagged text: `<think>..</think>`, `<tool_call>[{name, parameters},
+    ..]</tool_call>`, `<response>..</response>`."""
     calls = json.dumps([{"name": c.get("name"), "parameters": c.get("parameters")} for c in tool_calls],
                        ensure_ascii=False)
     return f"<think>{think}</think>\n<tool_call>{calls}</tool_call>\n<response>{response}</response>"
@@ -51,7 +52,8 @@ def sn15_tool_call(name, parameters, result) -> dict:
 def make_step(index: int, think: str, tool_calls: list, response: str, query: str, problem_id: str, timestamp: int,
               proxy_calls: list, reasoning_content: str = "", content: str | None = None,
               execution_time: float | None = None) -> dict:
-    "One SN15 dialogue step; `tool_calls` are dicts with name, parameters and result. `execution_time` goes on step 0 only."
+    """One SN15 dialogue step; `tool_calls` are dicts with name, parameters and result.
+    `execution_time` goes on step 0 only."""
     calls = [sn15_tool_call(c.get("name"), c.get("parameters"), c.get("result", "")) for c in tool_calls]
     extra = {"step": index, "query": query, "timestamp": int(timestamp), "problem_id": problem_id}
     if index == 0: extra["execution_time"] = execution_time if execution_time is not None else 0.0

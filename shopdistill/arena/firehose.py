@@ -13,7 +13,8 @@ from pathlib import Path
 
 # %% ../../nbs/02_arena_traces/04_firehose.ipynb #ca1d7108
 class ShardWriter:
-    "Append gzip members of envelopes to shard-NNNNN.jsonl.gz files in `folder`, closing a shard past `shard_size` envelopes."
+    """Append gzip members of envelopes to shard-NNNNN.jsonl.gz files in `folder`, closing a shard
+    past `shard_size` envelopes."""
     def __init__(self, folder, shard_size: int = 5000):
         self.folder, self.shard_size = Path(folder), int(shard_size)
         self.folder.mkdir(parents=True, exist_ok=True)

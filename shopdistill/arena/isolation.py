@@ -60,11 +60,12 @@ def _within(path: str, root: str) -> bool: return path == root or path.startswit
 
 # %% ../../nbs/02_arena_traces/09_isolation.ipynb #c430a693
 class Sandbox:
-    """The isolation of one run-agent session: bubblewrap gives every agent process its own user, PID, network, mount, IPC and
-    UTS namespaces, uid 65534, a read-only root holding only /usr, the interpreter's folders, the shopdistill package and the
-    staged agent file (all read-only), a size-capped /tmp (the one writable place), and the proxy's Unix socket. As root, bwrap itself runs as uid 65534
-    (so RLIMIT_NPROC binds: the kernel never enforces it for uid 0), and the folders it cannot reach as that uid are first
-    bind-mounted into a private staging folder by util-linux `unshare` + `mount`."""
+    """The isolation of one run-agent session: bubblewrap gives every agent process its own user, PID, network, mount,
+    IPC and UTS namespaces, uid 65534, a read-only root holding only /usr, the interpreter's folders, the shopdistill
+    package and the staged agent file (all read-only), a size-capped /tmp (the one writable place), and the proxy's Unix
+    socket. As root, bwrap itself runs as uid 65534 (so RLIMIT_NPROC binds: the kernel never enforces it for uid 0), and
+    the folders it cannot reach as that uid are first bind-mounted into a private staging folder by
+    util-linux `unshare` + `mount`."""
     def __init__(self, agent_file, limits: SandboxLimits = SandboxLimits(), hidden=(), bwrap: str = "bwrap"):
         self.limits, self.root = limits, os.geteuid() == 0
         need = [bwrap] + (["unshare", "mount", "setpriv", "sh"] if self.root else [])
@@ -109,7 +110,8 @@ class Sandbox:
 
     @staticmethod
     def env() -> dict:
-        "The agent's whole environment (nothing of the validator's): the proxy's address is added inside, once the relay listens."
+        """The agent's whole environment (nothing of the validator's): the proxy's address is added
+        inside, once the relay listens."""
         return {"PATH": "/usr/bin:/bin", "HOME": SCRATCH, "TMPDIR": SCRATCH, "LANG": "C.UTF-8",
                 "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
@@ -131,7 +133,8 @@ def command(self: Sandbox, inner: list[str]) -> list[str]:
         elif os.path.isdir(link): binds += ["--ro-bind", link, link]
     bw = [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--uid", str(SANDBOX_UID), "--gid",
           str(SANDBOX_UID), "--hostname", "sandbox", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-          # the scratch tmpfs first: a venv that lives under /tmp (a clone in /tmp) is bound on top of it, not hidden beneath it
+          # the scratch tmpfs first: a venv that lives under /tmp (a clone in /tmp) is bound on
+          # top of it, not hidden beneath it
           "--size", str(self.limits.scratch_mb << 20), "--tmpfs", SCRATCH, "--ro-bind", "/usr", "/usr", *binds,
           "--ro-bind", str(self.stage / "agent"), AGENT_DIR, "--ro-bind", str(self.stage / "compat"), COMPAT_DIR,
           "--ro-bind", str(self.run_dir), RUN_DIR, "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/",

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from .envelope import render_content
 from ..mechanics.paraphrase import voucher_block
 from .tool_client import current_client, episode_env
-from ..sandbox.reference_agent import Item, ReferenceAgent, match_score, parse_price, parse_services, split_items
+from ..sandbox.reference_agent import (Item, ReferenceAgent, match_score, parse_price, parse_services,
+                                                 split_items)
 from ..sandbox.tools import call_tool, episode_state
 from fastcore.basics import patch
 
@@ -61,7 +62,8 @@ class MinerSpec:
 
 
 def problem_for_agent(problem: dict) -> dict:
-    "What an agent sees of a bank problem: its id, the query and the category (gold, voucher terms and bookkeeping stripped)."
+    """What an agent sees of a bank problem: its id, the query and the category (gold, voucher
+    terms and bookkeeping stripped)."""
     return {"problem_id": problem["id"], "query": problem["query"], "category": problem["category"]}
 
 # %% ../../nbs/02_arena_traces/02_miners.ipynb #5e5846e4
@@ -74,8 +76,8 @@ _PLUS = r",?\s+plus\s+"
 _ITEM_MARKERS = (r"\bitem\s+(?:one|two|three|four|five|\d)\s*:", r"(?:^|\s)\(?\d\)\s", r"(?:^|\n)\s*\d[.)]\s", r"(?:^|\s)-\s+",
                  _PLUS, r"\b(?:first(?:ly)?|second(?:ly)?|third(?:ly)?|fourth(?:ly)?|next|then|also|additionally|(?:and )?last(?:ly)?|(?:and )?finally)\b,")
 
-_VOUCHER_START = re.compile(r"\n\s*\n|my budget is|my spending limit|budget:|spending limit|i can spend|i have a (?:platform |shop )?(?:voucher|coupon)|"
-                            r"voucher:|coupon:|i don't want to pay", re.I)
+_VOUCHER_START = re.compile(r"\n\s*\n|my budget is|my spending limit|budget:|spending limit|i can spend|i have a "
+                            r"(?:platform |shop )?(?:voucher|coupon)|voucher:|coupon:|i don't want to pay", re.I)
 
 def _num_of(s: str) -> float: return float(s.replace(",", ""))
 
@@ -207,7 +209,8 @@ def step(self: AgenticRun, think: str, calls: list, response: str = "", raw: str
     if episode_state(self.env)["done"] and calls: return []
     if raw is None and self.pending: think, self.pending = f"{self.pending} {think}".strip(), ""
     text = raw if raw is not None else render_content(think, calls, response)
-    prompt = f"[system] You are a shopping assistant with tools.\n[user] {self.query}\n[step {self.n}] {self.last_obs[:400]}"
+    prompt = (f"[system] You are a shopping assistant with tools.\n[user] {self.query}\n[step {self.n}] "
+              f"{self.last_obs[:400]}")
     # a reasoning model thinks before it writes
     hidden = int(self.spec.skill("verbosity", 0.5) * self.rng.uniform(20, 250))
     self.client.simulate_inference(prompt, text, tokens_per_s=self.speed, reasoning_tokens=hidden)
@@ -228,7 +231,8 @@ def search(self: AgenticRun, q: str, item: Item, think: str, **extra) -> list[di
     if "malformed_json" in self.mistakes:
         self.mistakes.discard("malformed_json")
         raw_args = json.dumps(args, ensure_ascii=False)[:-1]  # the closing brace is lost
-        raw = f'<think>{think}</think>\n<tool_call>[{{"name": "find_product", "parameters": {raw_args}]</tool_call>\n<response></response>'
+        raw = (f'<think>{think}</think>\n<tool_call>[{{"name": "find_product", "parameters": {raw_args}]</tool_call>\n'
+               '<response></response>')
         self.step(think, [{"name": "find_product", "parameters": raw_args}], raw=raw)
         think = "The tool call was not valid JSON; let me write it again."
     obs = self.step(think, [{"name": "find_product", "parameters": args}])
@@ -331,7 +335,9 @@ def run(self: AgenticRun) -> list:
     if self.chance("comprehension"):
         texts, voucher = read_request(self.query)
         items = [Item(t, read_price(t), read_services(t)) for t in texts]
-    else:  # a misreading: the items taken as the harness's regular expressions take them, the budget only in upstream's wording
+    # a misreading: the items taken as the harness's regular expressions take them, the
+    # budget only in upstream's wording
+    else:
         texts, voucher = split_items(self.query), (read_voucher(self.query) if "budget is only" in self.query else None)
         items = [Item(t, parse_price(t), parse_services(t)) for t in texts]
     self.items = items
@@ -344,7 +350,8 @@ def run(self: AgenticRun) -> list:
         if self.compare and len(c) >= 2:
             self.pending = f"{self.pending} {self.comparison(it, c[0], c[1])}".strip()
     multi = len(items) > 1
-    one_shop = self.problem.get("category") == "shop" or "shop" in self.query.lower() or (voucher and voucher["same_shop"])
+    one_shop = (self.problem.get("category") == "shop" or "shop" in self.query.lower()
+                or (voucher and voucher["same_shop"]))
     if multi and picks and picks[0] and one_shop and self.chance("shop"):
         picks = self.same_shop(items, cands, picks)
     if voucher and all(picks) and self.chance("budget"):
@@ -372,13 +379,15 @@ def run(self: AgenticRun) -> list:
 # %% ../../nbs/02_arena_traces/02_miners.ipynb #194dec46
 @patch
 def same_shop(self: AgenticRun, items, cands, picks):
-    "Keep every item in one shop: a shop all candidate lists share, else shop-filtered searches in the first item's best shops."
+    """Keep every item in one shop: a shop all candidate lists share, else shop-filtered searches in
+    the first item's best shops."""
     scored = [{p["shop_id"]: (match_score(it, p), p) for p in reversed(c)} for it, c in zip(items, cands)]
     if len(scored) == len(items) and all(scored):
         common = set(scored[0]).intersection(*scored[1:])
         if common:
             best = max(sorted(common), key=lambda sh: sum(d[sh][0] for d in scored))
-            self.pending += f" Shop {best} sells a candidate for every item." if self.specific else " One shop sells all the items."
+            self.pending += (f" Shop {best} sells a candidate for every item." if self.specific
+                             else " One shop sells all the items.")
             return [d[best][1] for d in scored]
     for shop in list(dict.fromkeys(p["shop_id"] for p in cands[0]))[:3]:
         out = [scored[0][shop][1]]
@@ -398,7 +407,8 @@ def fit_budget(self: AgenticRun, cands, picks, voucher):
     def after(ps): return basket_cost([p["price"] for p in ps], len({p["shop_id"] for p in ps}), voucher)
     cost = after(picks)
     if cost <= voucher["budget"]:
-        self.pending += f" The basket costs {_fmt_price(cost)} PHP after the voucher, within the {_fmt_price(voucher['budget'])} budget."
+        self.pending += (f" The basket costs {_fmt_price(cost)} PHP after the voucher, within the "
+                         f"{_fmt_price(voucher['budget'])} budget.")
         return picks
     items = self.items
     out = list(picks)
@@ -408,7 +418,8 @@ def fit_budget(self: AgenticRun, cands, picks, voucher):
         same = [p for p in c if match_score(it, p) >= top - 1e-3
                 and (not voucher["same_shop"] or p["shop_id"] == out[i]["shop_id"])]
         if same: out[i] = min(same, key=lambda p: float(p["price"]))
-    self.pending += f" {_fmt_price(cost)} PHP is over the {_fmt_price(voucher['budget'])} budget; cheaper equal matches bring it to {_fmt_price(after(out))} PHP."
+    self.pending += (f" {_fmt_price(cost)} PHP is over the {_fmt_price(voucher['budget'])} budget; cheaper equal "
+                     f"matches bring it to {_fmt_price(after(out))} PHP.")
     return out
 
 # %% ../../nbs/02_arena_traces/02_miners.ipynb #0d0d5ef5
@@ -461,7 +472,9 @@ class _Harness(ReferenceAgent):
             pick = seen.get(ids[0], {})
             other = next((r for k, r in seen.items() if k not in ids and "price" in r), None)
             text = f"After searching the catalog I chose {', '.join(ids)}."
-            if pick.get("price") is not None: text += f" {ids[0]} costs {_fmt_price(pick['price'])} PHP and its title '{_short(pick.get('title', ''))}' fits the request."
+            if pick.get("price") is not None:
+                text += (f" {ids[0]} costs {_fmt_price(pick['price'])} PHP and its title "
+                         f"'{_short(pick.get('title', ''))}' fits the request.")
             if other: text += f" I compared it with {other['product_id']} at {_fmt_price(other['price'])} PHP, which matches fewer of the requested words, so {ids[0]} is the better choice."
             return text
         return ("I searched the catalog with the key terms of the request, looked at the most relevant listings, "
@@ -496,9 +509,9 @@ def harness_request(category: str, items: list, voucher: dict | None) -> str:
 
 
 def subtask_agent_main(spec: MinerSpec, problem: dict, step_cap: int = 25) -> list:
-    """One problem solved by the sub-task harness of `spec`. The `keywords` and `narrator` variants have the model read the
-    request first (how many items, each item's keywords, the budget's numbers: short answers), rewrite it in the template
-    the loop's parsers know, and run the loop on that; the `classifier` runs the loop on the raw request."""
+    """One problem solved by the sub-task harness of `spec`. The `keywords` and `narrator` variants have the model read
+    the request first (how many items, each item's keywords, the budget's numbers: short answers), rewrite it in the
+    template the loop's parsers know, and run the loop on that; the `classifier` runs the loop on the raw request."""
     client = current_client()
     env = episode_env(client, step_cap)
     q, harness_q = problem["query"], problem["query"]

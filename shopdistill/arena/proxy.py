@@ -82,13 +82,15 @@ class _UnixHTTPServer(socketserver.ThreadingUnixStreamServer):
 
 # %% ../../nbs/02_arena_traces/07_proxy.ipynb #04c854d1
 class ProxyServer:
-    """The proxy of a run-agent session: the search routes (bare, or under SN15's /search/) and the model route, every call
-    logged with its problem's token. The model is the sandbox's stub unless `model_url` names an OpenAI-compatible endpoint
-    (`model` then overrides the name the agent asks for; the key is read from the environment variable `api_key_env`)."""
+    """The proxy of a run-agent session: the search routes (bare, or under SN15's /search/) and the model route, every
+    call logged with its problem's token. The model is the sandbox's stub unless `model_url` names an OpenAI-compatible
+    endpoint (`model` then overrides the name the agent asks for; the key is read from the
+    environment variable `api_key_env`)."""
     def __init__(self, engine, max_chars: int = 2000, model_url: str | None = None, model: str | None = None,
                  api_key_env: str = "OPENAI_API_KEY", model_timeout_s: float = 120.0):
         self.engine, self.log, self.lock = engine, ProxyLog(max_chars), threading.Lock()
-        self.model_url, self.model, self.api_key_env, self.model_timeout_s = (model_url or "").rstrip("/") or None, model, api_key_env, model_timeout_s
+        self.model_url, self.model, self.api_key_env, self.model_timeout_s = ((model_url or "").rstrip("/") or None,
+                                                                              model, api_key_env, model_timeout_s)
         self.httpd, self.unix = None, {}
 
     def infer(self, request: dict) -> tuple[int, dict]:
@@ -130,7 +132,8 @@ def start(self: ProxyServer, host: str = "127.0.0.1") -> str:
 
 @patch
 def listen_unix(self: ProxyServer, path, token: str, owner: int | None = None) -> str:
-    "Serve one problem on a Unix socket at `path` (the sandbox's only way out); every call on it is logged under `token`."
+    """Serve one problem on a Unix socket at `path` (the sandbox's only way out); every call on
+    it is logged under `token`."""
     path = str(path)
     if os.path.exists(path): os.unlink(path)
     srv = _UnixHTTPServer(path, self._handler(token))

@@ -25,7 +25,8 @@ from .proxy import ProxyServer
 from ..mechanics.rules import final_score, judge_coefficient
 from .sn15_api import SN15_SHIMS
 from .tool_client import TOKEN_ENV, TOOL_URL_ENV
-from .validator import AgentOutputError, Limits, build_dialogue, gate_proxy_judge, normalise_steps, problem_success
+from .validator import (AgentOutputError, Limits, build_dialogue, gate_proxy_judge, normalise_steps,
+                                         problem_success)
 from ..core.run import repo_root, runs_root
 
 # %% ../../nbs/02_arena_traces/10_run_agent.ipynb #b545a9aa
@@ -90,9 +91,9 @@ def _enter_limits(limits: dict):
 
 # %% ../../nbs/02_arena_traces/10_run_agent.ipynb #ede49eb0
 def child_main(argv=None) -> int:
-    """Entry point of the agent's process: `child_main([agent_file, result_fd, settings_json])`; the problem arrives as JSON on
-    stdin. Settings: `sandbox` (inside bubblewrap: set the limits, serve the proxy's socket on a loopback port) or not (the
-    trusted --no-isolation child: the audit hook), and `paths` to put first on sys.path."""
+    """Entry point of the agent's process: `child_main([agent_file, result_fd, settings_json])`; the problem arrives as
+    JSON on stdin. Settings: `sandbox` (inside bubblewrap: set the limits, serve the proxy's socket on a loopback port)
+    or not (the trusted --no-isolation child: the audit hook), and `paths` to put first on sys.path."""
     import importlib.util, traceback
     file, fd, settings = ((argv or sys.argv[1:]) + ["{}"])[:3]
     fd, settings = int(fd), json.loads(settings)
@@ -169,8 +170,9 @@ def _exit_words(code: int | None) -> str:
 # %% ../../nbs/02_arena_traces/10_run_agent.ipynb #fa916294
 def run_child(agent_file, problem: dict, proxy_url: str | None, token: str, timeout_s: float,
               result_limit: int = 50_000_000, sandbox: Sandbox | None = None) -> dict:
-    """Run `agent_main` of `agent_file` on one stripped problem in a child: in `sandbox` (its staged file; the proxy on its
-    socket) or, without one, a plain guarded child on `proxy_url`. {'status', 'result' | 'error', 'seconds', 'output'}."""
+    """Run `agent_main` of `agent_file` on one stripped problem in a child: in `sandbox` (its staged file; the proxy on
+    its socket) or, without one, a plain guarded child on `proxy_url`. {'status', 'result' |
+    'error', 'seconds', 'output'}."""
     r, w = os.pipe()
     if sandbox is not None:
         settings = {"sandbox": True, "paths": [LIB_DIR, COMPAT_DIR], "socket": PROXY_SOCKET,

@@ -25,7 +25,8 @@ from .envelope import make_envelope
 from .firehose import ShardWriter, gzip_member
 from .miners import MinerAgent, MinerSpec, STYLES, VARIANTS
 from ..mechanics.pools import assign_pools, public_suite, race_problems
-from ..mechanics.rules import ArenaSettings, Entry, final_score, judge_coefficient, qualifiers, race_standings, race_winner, u16_weights, weight_vector
+from ..mechanics.rules import (ArenaSettings, Entry, final_score, judge_coefficient, qualifiers,
+                                         race_standings, race_winner, u16_weights, weight_vector)
 from .tool_client import InProcessToolClient, ProxyLog, SearchCache, SimClock
 from .validator import Limits, gate_proxy_judge, problem_success, run_problem
 from ..core.run import ArenaFolder, Run
@@ -38,7 +39,8 @@ from ..sandbox.tasks import TaskSettings
 # %% ../../nbs/02_arena_traces/05_season.ipynb #4fa37a07
 @dataclass(frozen=True)
 class ArenaTracesSettings:
-    "The `arena_traces` section of a profile: the simulated season of chapter 02 (the rules themselves are chapter 00's `arena`)."
+    """The `arena_traces` section of a profile: the simulated season of chapter 02 (the rules
+    themselves are chapter 00's `arena`)."""
     seed: int = 0
     days: int = 40  # the paper's training window: about the first 40 days of SN15 output
     # hotkeys per starting style
@@ -67,7 +69,8 @@ def stable_seed(*parts) -> int:
 
 
 def fake_hotkey(*parts) -> str:
-    "An SS58-looking hotkey (48 characters starting with 5), stable in `parts`; opaque: it says nothing about the agent."
+    """An SS58-looking hotkey (48 characters starting with 5), stable in `parts`; opaque: it
+    says nothing about the agent."""
     alphabet = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
     n, out = int.from_bytes(hashlib.sha256(repr(parts).encode()).digest(), "big"), "5"
     while len(out) < 48: n, r = divmod(n, 58); out += alphabet[r]
@@ -98,7 +101,8 @@ def initial_spec(style: str, rng: random.Random) -> MinerSpec:
                               filters=_u(rng, lo, hi), reformulate=_u(rng, 0.1, 0.8), inspect=_u(rng, lo, hi),
                               select=_u(rng, lo, hi), shop=_u(rng, lo, hi), budget=_u(rng, lo, hi),
                               ground=_u(rng, 0.3, 1.0), specific=_u(rng, 0.2, 0.95), compare=_u(rng, 0.1, 0.9),
-                              mistakes=_u(rng, 0.02, 0.12) if strong else _u(rng, 0.15, 0.6), verbosity=_u(rng, 0, 1), speed=_u(rng, 0.05, 1))
+                              mistakes=_u(rng, 0.02, 0.12) if strong else _u(rng, 0.15, 0.6), verbosity=_u(rng, 0, 1),
+                              speed=_u(rng, 0.05, 1))
     if style == "subtask":
         variant = rng.choices(VARIANTS["subtask"], weights=(0.45, 0.4, 0.15))[0]
         return MinerSpec.make("subtask", variant, pages=rng.choice((1, 2)), inspect_top=rng.choice((3, 5, 10)),
@@ -160,8 +164,9 @@ def race_bank(tasks, catalog, rules, settings: ArenaTracesSettings) -> tuple[lis
 _STATE = {}  # the season's shared read-only state: catalog, cache, problems by id, settings, limits
 
 def set_state(catalog, engine, problems: dict, settings: ArenaTracesSettings, agents: dict | None = None):
-    """Install the season's shared state in this process (workers inherit it when forked). `agents` maps an agent version id
-    to an agent of its own (chapter 07's distilled checkpoint re-entering a season); every other version is simulated."""
+    """Install the season's shared state in this process (workers inherit it when forked). `agents` maps an agent
+    version id to an agent of its own (chapter 07's distilled checkpoint re-entering a season); every
+    other version is simulated."""
     _STATE.clear()
     _STATE.update(catalog=catalog, cache=SearchCache(engine), problems=problems, settings=settings,
                   agents=dict(agents or {}), limits=Limits(settings.problem_timeout_s, settings.suite_timeout_s,
@@ -175,8 +180,9 @@ def clear_state():
 
 
 def run_work(work: dict) -> tuple[bytes, list[dict]]:
-    """One validator's run of one agent version on `work['problem_ids']`: (gzip member of envelopes, one row per problem).
-    `work` holds phase, race_id, day, suite_version, problem_seed, validator, version (an AgentVersion), start_ms, seed."""
+    """One validator's run of one agent version on `work['problem_ids']`: (gzip member of envelopes, one row per
+    problem). `work` holds phase, race_id, day, suite_version, problem_seed, validator, version (an
+    AgentVersion), start_ms, seed."""
     st, v = _STATE["settings"], work["version"]
     limits, cache, catalog = _STATE["limits"], _STATE["cache"], _STATE["catalog"]
     agent, clock = _STATE["agents"].get(v.version_id) or MinerAgent(v.spec, limits.step_cap), SimClock(work["start_ms"])
@@ -211,9 +217,9 @@ def run_work(work: dict) -> tuple[bytes, list[dict]]:
 
 # %% ../../nbs/02_arena_traces/05_season.ipynb #18efae80
 def _score_runs(rows_by_run: dict, eligible_runs: int) -> dict:
-    """Per version, over its validator runs: the mean blended score (chapter 00's `final_score`), success rate, mean judge
-    quality and coefficient. A run cut by the suite limit counts its unstarted problems as failures and does not count as
-    completed; a version is eligible with at least `eligible_runs` completed runs (or all, when fewer ran)."""
+    """Per version, over its validator runs: the mean blended score (chapter 00's `final_score`), success rate, mean
+    judge quality and coefficient. A run cut by the suite limit counts its unstarted problems as failures and does not
+    count as completed; a version is eligible with at least `eligible_runs` completed runs (or all, when fewer ran)."""
     per = {}
     for (vid, _validator), rows in rows_by_run.items(): per.setdefault(vid, []).append(rows)
     out = {}
@@ -237,7 +243,8 @@ def _day_ms(settings: ArenaTracesSettings, day: int, hours: float = 0.0) -> int:
 class Season:
     "The state of a season between days: versions, the incumbent, what is public, and the logs."
     def __init__(self, settings: ArenaTracesSettings, rules, bank, labels, pools, suites):
-        self.st, self.rules, self.bank, self.labels, self.pools, self.suites = settings, rules, bank, labels, pools, suites
+        self.st, self.rules, self.bank, self.labels, self.pools, self.suites = (settings, rules, bank, labels,
+                                                                                pools, suites)
         self.versions = {v.version_id: v for v in initial_population(settings)}
         self.latest = {v.hotkey: v.version_id for v in self.versions.values()}
         self.eligible_day, self.best_shown = {}, {}
@@ -319,7 +326,8 @@ def qualify(self: Season, day: int, race_id: str, suite: dict, run_many, writer)
 
 @patch
 def crown(self: Season, race: list, inc, day: int) -> tuple:
-    "(winner, dethroned, weights) of the day's race: the margin rule against the incumbent, then the standings' u16 weights."
+    """(winner, dethroned, weights) of the day's race: the margin rule against the incumbent, then
+    the standings' u16 weights."""
     r, now_h = self.rules, day * 24 + 13.0
     winner, dethroned, weights = None, False, {r.burn_uid: 65535}
     if race:
@@ -409,13 +417,15 @@ SEASON_MODULES = ("sandbox.catalog", "sandbox.analyzer", "sandbox.search", "sand
                   "arena.firehose", "arena.season")  # the code a season's bytes depend on (modules of `shopdistill`)
 
 def module_source(name: str) -> bytes:
-    "The source file of module `shopdistill.<name>`, where the import system finds it (an installed copy as well as a checkout)."
+    """The source file of module `shopdistill.<name>`, where the import system finds it (an installed
+    copy as well as a checkout)."""
     return Path(importlib.util.find_spec(f"shopdistill.{name}").origin).read_bytes()
 
 
 def season_fingerprint(traces: ArenaTracesSettings, rules: ArenaSettings, catalog: CatalogSettings,
                        search: SearchSettings, tasks: TaskSettings, scoring: ScoringSettings) -> str:
-    "A hash of everything a season's bytes depend on: its settings, the rules, the sandbox's settings and the code of `SEASON_MODULES`."
+    """A hash of everything a season's bytes depend on: its settings, the rules, the sandbox's settings and
+    the code of `SEASON_MODULES`."""
     h = hashlib.sha256(json.dumps([asdict(traces), asdict(rules), asdict(catalog), asdict(tasks), asdict(search),
                                    asdict(scoring)],
                                   sort_keys=True, default=str).encode())
@@ -433,7 +443,8 @@ def reused_season(arena: ArenaFolder, fingerprint: str) -> dict | None:
 
 
 def write_bank(path: Path, bank: list, labels: list, pools: list):
-    "The race bank as JSON lines, each problem with its pool and leak cluster (chapter 04 splits the corpus by the same clusters)."
+    """The race bank as JSON lines, each problem with its pool and leak cluster (chapter 04 splits the
+    corpus by the same clusters)."""
     with open(path, "w", encoding="utf-8") as f:
         for p, c, pool in zip(bank, labels, pools): f.write(json.dumps({**p, "pool": pool, "cluster": int(c)},
                                                                        ensure_ascii=False) + "\n")
@@ -468,11 +479,11 @@ def simulate_season(run: Run, traces: ArenaTracesSettings, rules: ArenaSettings,
                     search: SearchSettings, tasks: TaskSettings, scoring: ScoringSettings, out_dir=None,
                     workers: int | None = None, progress: bool = True, reuse: bool = False,
                     stop_at_traces: int | None = None) -> dict:
-    """Run a season (`traces`: section `arena_traces`; `rules`: section `arena`) on the sandbox of `run` (its three sections,
-    as `load_sandbox` takes them; `scoring` is part of the fingerprint) and write it to `out_dir` (default `run.arena()`).
-    Returns the summary also written to `season.json`. With `reuse`, a season already there with the same fingerprint
-    (settings, rules, sandbox settings, code) is returned as it is. `stop_at_traces` ends the season after the first day
-    at which the firehose holds that many traces (benchmarks)."""
+    """Run a season (`traces`: section `arena_traces`; `rules`: section `arena`) on the sandbox of `run` (its three
+    sections, as `load_sandbox` takes them; `scoring` is part of the fingerprint) and write it to `out_dir` (default
+    `run.arena()`). Returns the summary also written to `season.json`. With `reuse`, a season already there with the
+    same fingerprint (settings, rules, sandbox settings, code) is returned as it is. `stop_at_traces` ends the season
+    after the first day at which the firehose holds that many traces (benchmarks)."""
     t0 = time.time()
     arena = ArenaFolder(Path(out_dir)) if out_dir else run.arena()
     fp = season_fingerprint(traces, rules, catalog, search, tasks, scoring)

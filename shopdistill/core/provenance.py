@@ -35,7 +35,8 @@ def _memory_gib() -> float | None:
 
 
 def machine() -> dict:
-    "What a reproduction ran on: CPU model and vector extensions, cores this process may use, memory, OS and architecture."
+    """What a reproduction ran on: CPU model and vector extensions, cores this process may use,
+    memory, OS and architecture."""
     try: model, flags = _cpuinfo(Path("/proc/cpuinfo").read_text())
     except OSError: model, flags = platform.processor() or None, []
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -44,7 +45,8 @@ def machine() -> dict:
 
 # %% ../../nbs/core/06_provenance.ipynb #c5b0a3e7
 def folder_hashes(folders: dict, skip=()) -> dict:
-    "{'<label>/<relative path>': sha256} of every file under each folder of `folders` (label -> folder), sorted; `skip`: paths left out."
+    """{'<label>/<relative path>': sha256} of every file under each folder of `folders` (label -> folder),
+    sorted; `skip`: paths left out."""
     skip = {Path(s).absolute() for s in skip}
     out = {}
     for label, folder in folders.items():

@@ -5,9 +5,9 @@
 # %% auto #0
 __all__ = ['RECIPE', 'PROFILE_ENV', 'WRITERS', 'CHAPTER_KEY_ENV', 'KEY_FILE', 'repo_root', 'configs_dir', 'runs_root',
            'figures_dir', 'generated_dir', 'is_profile_path', 'profile_name', 'Layout', 'SandboxFolder', 'ArenaFolder',
-           'TrajectoriesFolder', 'CorpusFolder', 'Stage', 'recipe', 'stage_names', 'find_stage', 'stage_label',
-           'stage_words', 'StageFolder', 'TrainFolder', 'LoopFolder', 'GeneratedFolder', 'ResultsFolder', 'Run',
-           'writer_of', 'reads', 'keyed_dir']
+           'TrajectoriesFolder', 'CorpusFolder', 'Stage', 'recipe', 'stage_names', 'find_stage', 'known_stage',
+           'stage_label', 'stage_words', 'StageFolder', 'TrainFolder', 'LoopFolder', 'GeneratedFolder', 'ResultsFolder',
+           'Run', 'chosen_profile', 'writer_of', 'shown_path', 'reads', 'keyed_dir']
 
 # %% ../../nbs/core/01_run.ipynb #8b86bb8a
 import importlib.util, os, re, shutil
@@ -18,7 +18,8 @@ from .settings import ConfigError
 
 # %% ../../nbs/core/01_run.ipynb #354df8af
 def repo_root() -> Path:
-    "The repository root: `$SHOPDISTILL_HOME`, else the checkout holding the `shopdistill` package, else the current folder."
+    """The repository root: `$SHOPDISTILL_HOME`, else the checkout holding the `shopdistill`
+    package, else the current folder."""
     if os.environ.get("SHOPDISTILL_HOME"): return Path(os.environ["SHOPDISTILL_HOME"]).expanduser().absolute()
     # shopdistill/__init__.py -> the checkout
     here = Path(importlib.util.find_spec("shopdistill").origin).resolve().parents[1]
@@ -147,12 +148,13 @@ class CorpusFolder(Layout):
 # %% ../../nbs/core/01_run.ipynb #23a6fbc0
 @dataclass(frozen=True)
 class Stage:
-    """One stage of the recipe: its folder under `train/` (`name`), the short name `shopdistill train --stage` also takes
-    (`alias`), the stage whose policy it starts from (`starts_from`; None: the profile's `train.base`), the settings section
-    it reads (`section`, with `options` replaced into it) and its run function (`run`: `module:function`, or a function),
-    which takes the run's `training.stages.Recipe` and that section and returns the stage's held-out evaluation row (every
-    stage is evaluated alike; the profile's `eval.sampled` names those also sampled for pass@k). `words` and `label` name
-    it in the paper's prose and tables; `chapter` is the chapter that runs it."""
+    """One stage of the recipe: its folder under `train/` (`name`), the short name `shopdistill train --stage` also
+    takes (`alias`), the stage whose policy it starts from (`starts_from`; None: the profile's `train.base`), the
+    settings section it reads (`section`, with `options` replaced into it) and its run function (`run`:
+    `module:function`, or a function), which takes the run's `training.stages.Recipe` and that section and returns the
+    stage's held-out evaluation row (every stage is evaluated alike; the profile's `eval.sampled` names those also
+    sampled for pass@k). `words` and `label` name it in the paper's prose and tables; `chapter`
+    is the chapter that runs it."""
     name: str
     alias: str
     starts_from: str | None
@@ -204,14 +206,19 @@ def find_stage(name: str) -> Stage:
     raise ValueError(f"unknown stage {name!r}; stages: " + ", ".join(f"{s.name} ({s.alias})" for s in recipe()))
 
 
+def known_stage(name: str) -> Stage | None:
+    "The stage of `RECIPE` whose folder is `name`; None for a folder the recipe does not know."
+    return next((s for s in recipe() if s.name == name), None)
+
+
 def stage_label(name: str) -> str:
     "How the tables label stage `name` (`Stage.label`; a folder the recipe does not know, by its name)."
-    return next((s.label for s in recipe() if s.name == name), name)
+    return s.label if (s := known_stage(name)) else name
 
 
 def stage_words(name: str) -> str:
     "How the paper's prose names stage `name` (`Stage.words`; a folder the recipe does not know, by its name)."
-    return next((s.words for s in recipe() if s.name == name), name)
+    return s.words if (s := known_stage(name)) else name
 
 # %% ../../nbs/core/01_run.ipynb #d1829763
 @dataclass(frozen=True)
@@ -335,9 +342,17 @@ class Run(Layout):
         "The executed copy of chapter notebook `name` (`<chapter folder>/<notebook>`), as the driver writes it."
         return self.path / f"{name}.ipynb"
 
-# %% ../../nbs/core/01_run.ipynb #55f6bf87
+# %% ../../nbs/core/01_run.ipynb #9a922e57
 PROFILE_ENV = "SHOPDISTILL_PROFILE"  # the profile a notebook opened by hand reads (`make lab PROFILE=ci` sets it; default smoke)
 
+
+def chosen_profile(profile: str | None = None) -> str:
+    """The profile a chapter reads: the one a reproduction injected into its parameters cell (`profile`), else
+    `$SHOPDISTILL_PROFILE` (`make lab PROFILE=ci`), else smoke. The parameters cell itself holds only a literal, as
+    papermill reads it."""
+    return profile or os.environ.get(PROFILE_ENV, "smoke")
+
+# %% ../../nbs/core/01_run.ipynb #55f6bf87
 # the notebook that writes each folder of a run: the first part of a path in it, or `train/<stage>` where the stage says
 WRITERS = {"arena_rules": "00_arena_mechanics/05_a_toy_season",
            "sandbox": "01_shopping_sandbox/10_the_sandbox_of_this_profile",
@@ -345,8 +360,8 @@ WRITERS = {"arena_rules": "00_arena_mechanics/05_a_toy_season",
            "trajectories": "03_normalise_and_judge/04_the_trajectories_of_this_profile",
            "corpus": "04_structural_filter/11_the_corpus_of_this_profile",
            "train": "05_supervised_stack/15_the_recipe_on_this_profile",
-           "train/dr_grpo": "06_dr_grpo/03_stage_5_on_this_profile",
-           "train/outcome_grpo": "06_dr_grpo/03_stage_5_on_this_profile",
+           # chapter 06's stages
+           **{f"train/{s.name}": "06_dr_grpo/03_stage_5_on_this_profile" for s in RECIPE if s.chapter == "06"},
            "loop": "07_results/06_this_run_s_results", "results": "07_results/06_this_run_s_results"}
 
 
@@ -362,9 +377,10 @@ def writer_of(run: Run, path) -> str | None:
     return (WRITERS.get("/".join(parts[:2])) or WRITERS.get(parts[0])) if parts else None
 
 
-def _shown(path) -> str:
-    "`path` from the repository root when it lies under it, else whole."
-    p, root = _path(path).absolute(), repo_root()
+def shown_path(path, root=None) -> str:
+    """`path` (a path or a folder's `Layout`) relative to `root` (default: the repository root) when it lies under it,
+    else whole: what manifests and messages print, so they do not depend on where the checkout is."""
+    p, root = _path(path).absolute(), Path(root) if root is not None else repo_root()
     return str(p.relative_to(root)) if p.is_relative_to(root) else str(p)
 
 
@@ -375,22 +391,22 @@ def _there(path) -> bool:
 
 
 def reads(run: Run, *inputs, optional=(), writes=()) -> None:
-    """Print which outputs of `run` a notebook reads (`inputs`; `optional` ones it rebuilds or goes without) and which it
-    `writes`: each input's path, whether it is there, and the notebook that writes it. Raises FileNotFoundError naming every
-    missing one of `inputs` and the command that makes them."""
+    """Print which outputs of `run` a notebook reads (`inputs`; `optional` ones it rebuilds or goes without) and which
+    it `writes`: each input's path, whether it is there, and the notebook that writes it. Raises FileNotFoundError
+    naming every missing one of `inputs` and the command that makes them."""
     made = "" if run.path.is_dir() else f" (not made yet: `make reproduce PROFILE={run.profile}` makes it)"
-    print(f"profile {run.profile}: run folder {_shown(run.path)}{made}")
+    print(f"profile {run.profile}: run folder {shown_path(run.path)}{made}")
     for verb, p in [("reads", p) for p in inputs] + [("may read", p) for p in optional]:
         w = writer_of(run, p)
-        print(f"  {verb:<8} {_shown(p)}: {'there' if _there(p) else 'MISSING'}" + (f", written by {w}" if w else ""))
-    for p in writes: print(f"  {'writes':<8} {_shown(p)}")
+        print(f"  {verb:<8} {shown_path(p)}: {'there' if _there(p) else 'MISSING'}" + (f", written by {w}" if w else ""))
+    for p in writes: print(f"  {'writes':<8} {shown_path(p)}")
     if not (inputs or optional or writes): print("  reads and writes nothing of the run: only the profile's settings")
     missing = [p for p in inputs if not _there(p)]
     if not missing: return
     by = sorted({w for p in missing if (w := writer_of(run, p))})
     raise FileNotFoundError(
         f"missing input{'s' * (len(missing) > 1)} of profile {run.profile}: "
-        + ", ".join(f"{_shown(p)}" + (f" (written by {w})" if (w := writer_of(run, p)) else " (named by the profile)")
+        + ", ".join(f"{shown_path(p)}" + (f" (written by {w})" if (w := writer_of(run, p)) else " (named by the profile)")
                     for p in missing)
         + (f". `make reproduce PROFILE={run.profile}` makes {'them' if len(missing) > 1 else 'it'}, or run "
            f"nbs/{by[0]}.ipynb first" if by else ": the profile's settings name it; put the files there"))
@@ -401,7 +417,8 @@ KEY_FILE = "inputs.key"
 
 
 def keyed_dir(folder, key: str | None = None) -> Path:
-    "`folder`, created, and emptied first when its stamp (`inputs.key`) names other inputs than `key` (default: `$SHOPDISTILL_CHAPTER_KEY`)."
+    """`folder`, created, and emptied first when its stamp (`inputs.key`) names other inputs than `key` (default:
+    `$SHOPDISTILL_CHAPTER_KEY`)."""
     key = key if key is not None else os.environ.get(CHAPTER_KEY_ENV)
     folder = Path(folder)
     stamp = folder / KEY_FILE

@@ -73,7 +73,8 @@ def _known_keys(cls, data: dict, where: str, src) -> dict:
 
 # %% ../../nbs/core/00_settings.ipynb #0ab8be09
 def check_keys(tp, value, key: str, src):
-    "Refuse any key of `value` that annotation `tp` does not have, at any depth; values are not checked (a partial section is fine)."
+    """Refuse any key of `value` that annotation `tp` does not have, at any depth; values are not checked
+    (a partial section is fine)."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (types.UnionType, typing.Union):
         for a in args:

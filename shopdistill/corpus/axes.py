@@ -51,15 +51,18 @@ def axis_signals(traj: dict, cover_ratio: float = 0.5, tiny_tokens: int = 4) -> 
 
 def thinking_templates(traj: dict) -> list[str]:
     "Per action turn, a short hash of its thinking with numbers and quoted strings masked ('' for empty thinking)."
-    return ["" if not m["reasoning_content"].strip() else hashlib.sha1(_MASK.sub("#", m["reasoning_content"]).strip().encode()).hexdigest()[:12]
+    return ["" if not m["reasoning_content"].strip()
+            else hashlib.sha1(_MASK.sub("#", m["reasoning_content"]).strip().encode()).hexdigest()[:12]
             for m in traj["messages"] if m["role"] == "assistant" and m["tool_calls"]]
 
 
 def templated_shares(miners: list, templates: list[list[str]], min_traces: int = 20) -> list[float]:
-    "For each trajectory: the share of its action turns whose thinking is empty or a template its miner used in >= `min_traces` traces."
+    """For each trajectory: the share of its action turns whose thinking is empty or a template its miner
+    used in >= `min_traces` traces."""
     used = defaultdict(Counter)
     for who, ts in zip(miners, templates): used[who].update(set(ts))
-    return [sum(t == "" or used[who][t] >= min_traces for t in ts) / len(ts) if ts else 1.0 for who, ts in zip(miners, templates)]
+    return [sum(t == "" or used[who][t] >= min_traces for t in ts) / len(ts) if ts else 1.0
+            for who, ts in zip(miners, templates)]
 
 
 def classify_axis(signals: dict, templated_share: float | None, s: FilterSettings) -> tuple[str, str]:

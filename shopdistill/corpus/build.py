@@ -30,8 +30,10 @@ from .checks import FilterSettings
 from .dedup import assistant_shingles, minhash_signature
 from .filter import apply_stages, funnel, passes_checks, trajectory_features
 from .judge import JudgeSettings
-from .normalise import NormaliseSettings, loads_line, loads_line_flagged, normalise_traces, pool_map, problems_source, read_shard, shard_line, shard_name
-from .splits import is_true, load_bank, ngram_overlap, problem_clusters, problem_key, problems_present, split_audit, split_clusters, text_or_none
+from .normalise import (NormaliseSettings, loads_line, loads_line_flagged, normalise_traces, pool_map,
+                                          problems_source, read_shard, shard_line, shard_name)
+from .splits import (is_true, load_bank, ngram_overlap, problem_clusters, problem_key,
+                                       problems_present, split_audit, split_clusters, text_or_none)
 from .tokens import TokenCounter, load_counter, train_bpe
 from .trajectory import to_arrow_row
 from ..sandbox.catalog import CatalogSettings, load_catalog
@@ -42,7 +44,8 @@ class CorpusSettings:
     "The `corpus` section of a profile: the split, its audits, and the released dataset."
     eval_fraction: float = 0.15  # share of corpus traces in the evaluation split (the paper: 2,676 of 17,945)
     seed: int = 0  # the split's seed
-    answer_edges: bool = True  # join clusters whose successful traces recommended the same product (gold where no bank says)
+    # join clusters whose successful traces recommended the same product (gold where no bank says)
+    answer_edges: bool = True
     ngram: int = 8  # word n-grams of the overlap report between the splits' queries
     overlap_flag: float = 0.5  # an eval query with at least this share of its n-grams in train is listed
     per_step: bool = True  # write the per-step view (one row per assistant turn) for stage 5
@@ -60,7 +63,8 @@ META_COLUMNS = {"trace_id": "string", "hotkey": "string", "uid": "int64", "agent
                 "source_line": "int64", "split": "string"}
 
 def arrow_schemas():
-    "(corpus schema, per-step schema) as Arrow types: messages exactly as `to_arrow_row` writes them, metadata columns typed."
+    """(corpus schema, per-step schema) as Arrow types: messages exactly as `to_arrow_row` writes
+    them, metadata columns typed."""
     import pyarrow as pa
     s = pa.string()
     call = pa.struct([("id", s), ("type", s), ("function", pa.struct([("name", s), ("arguments", s)]))])
@@ -104,19 +108,22 @@ def step_rows(row: dict) -> list[dict]:
     "The per-step view of one corpus row: for each assistant turn, the messages before it (`prompt`) and the turn (`teacher_action`)."
     msgs = row["messages"]
     turns = [i for i, m in enumerate(msgs) if m["role"] == "assistant"]
-    return [{"trajectory_id": row["trajectory_id"], "problem_id": row["problem_id"], "query": row["query"], "category": row["category"],
-             "split": row["split"], "cluster": row["cluster"], "turn": k, "turns": len(turns), "prompt": msgs[:i], "teacher_action": msgs[i],
+    return [{"trajectory_id": row["trajectory_id"], "problem_id": row["problem_id"], "query": row["query"],
+             "category": row["category"], "split": row["split"], "cluster": row["cluster"], "turn": k,
+             "turns": len(turns), "prompt": msgs[:i], "teacher_action": msgs[i],
              "tools": row["tools"]} for k, i in enumerate(turns)]
 
 # %% ../../nbs/04_structural_filter/09_build.ipynb #ed18495e
 class ShardScan:
-    """Chapter 04's per-trajectory work on one shard of trajectories, shown them one at a time (`add`): each becomes its row
-    of features; the ones that reach deduplication also get their MinHash signature, and the ones that might be kept are
-    token-counted and written, with a slim meta, to the candidates shard `dst`. `close()` -> (rows as a DataFrame, signatures)."""
+    """Chapter 04's per-trajectory work on one shard of trajectories, shown them one at a time (`add`): each becomes its
+    row of features; the ones that reach deduplication also get their MinHash signature, and the ones that might be kept
+    are token-counted and written, with a slim meta, to the candidates shard `dst`. `close()` -> (rows
+    as a DataFrame, signatures)."""
     def __init__(self, dst, settings: FilterSettings, known_ids, counter: TokenCounter):
         self.dst, self.s, self.known, self.counter = Path(dst), settings, known_ids, counter
         self.tmp = Path(str(dst) + ".tmp")
-        # stored, not compressed: a work file read once and deleted (compressing it cost more CPU than anything it saves)
+        # stored, not compressed: a work file read once and deleted (compressing it cost
+        # more CPU than anything it saves)
         self.out = gzip.open(self.tmp, "wb", compresslevel=0)
         self.rows, self.sigs, self.n = [], {}, 0
 
@@ -124,9 +131,11 @@ class ShardScan:
         "Scan one trajectory (`fast`: orjson read it, so orjson may write its candidate line; see `shard_line`)."
         s = self.s
         try: r = trajectory_features(traj, s, self.known, self.counter)
-        except Exception as e:  # chapter 03 promises schema-valid trajectories: anything else is a bug to report with its place
+        # chapter 03 promises schema-valid trajectories: anything else is a bug to report with its place
+        except Exception as e:
             src_ = traj.get("meta", {}).get("source", {})
-            raise ValueError(f"chapter 04 cannot read trajectory {traj.get('trajectory_id')} of {src_.get('file')}:{src_.get('line')} "
+            raise ValueError(f"chapter 04 cannot read trajectory {traj.get('trajectory_id')} of "
+                             f"{src_.get('file')}:{src_.get('line')} "
                              f"(candidates {self.dst.name}): {type(e).__name__}: {e}") from e
         r["candidate"] = None
         if passes_checks(r, s):
@@ -142,7 +151,8 @@ class ShardScan:
         import pandas as pd
         self.out.close()
         os.replace(self.tmp, self.dst)
-        return pd.DataFrame(self.rows), self.sigs  # a table pickles far smaller than a list of dicts, and the parent holds one row per trace
+        # a table pickles far smaller than a list of dicts, and the parent holds one row per trace
+        return pd.DataFrame(self.rows), self.sigs
 
     def abort(self):
         self.out.close()
@@ -156,7 +166,8 @@ def _scan_init(settings: FilterSettings, known_ids, tokenizer: str, tokenizer_di
 
 
 def scan_shard(job: tuple) -> tuple:
-    "Worker: (trajectory shard, candidates shard) -> `ShardScan`'s (feature rows as a DataFrame, signatures) of the shard, read from disk."
+    """Worker: (trajectory shard, candidates shard) -> `ShardScan`'s (feature rows as a DataFrame, signatures)
+    of the shard, read from disk."""
     src, dst = job
     scan = ShardScan(dst, _SCAN["s"], _SCAN["known"], _SCAN["counter"])
     try:
@@ -170,8 +181,9 @@ def scan_shard(job: tuple) -> tuple:
 class RidingScan:
     """The feature scan riding along chapter 03's workers (`normalise_traces(..., scan=)`): each trajectory is scanned
     while it is in memory, so the shards are not read again. `prepare` (parent) trains the smoke BPE on the run's first
-    trajectories and loads the catalog's ids; `open` (worker) starts a `ShardScan` whose candidates go to `work`; `collect`
-    (parent) keeps the results in shard order. `done`: whether it rode (not when chapter 03 reused its outputs)."""
+    trajectories and loads the catalog's ids; `open` (worker) starts a `ShardScan` whose candidates go to `work`;
+    `collect` (parent) keeps the results in shard order. `done`: whether it rode (not when
+    chapter 03 reused its outputs)."""
     def __init__(self, settings: FilterSettings, known_ids_fn, out: Path, work: Path):
         self.s, self.known_ids_fn, self.out, self.work = settings, known_ids_fn, out, work
         self.known = self.tok_dir = self._counter = None
@@ -180,12 +192,14 @@ class RidingScan:
     def prepare(self, trajectories):
         self.out.mkdir(parents=True, exist_ok=True)
         self.work.mkdir(exist_ok=True)
-        self.tok_dir = _ensure_tokenizer(self.s, trajectories, [shard_name(0)], CorpusFolder(self.out).tokenizer)  # chapter 03's first shard
+        # chapter 03's first shard
+        self.tok_dir = _ensure_tokenizer(self.s, trajectories, [shard_name(0)], CorpusFolder(self.out).tokenizer)
         self.known, self.done = self.known_ids_fn(), True
         self.known_ids_fn = None  # what the workers get must pickle where processes are spawned, not forked
 
     def open(self, shard_path) -> ShardScan:
-        if self._counter is None: self._counter = load_counter(self.s.tokenizer, self.tok_dir)  # once per worker process
+        # once per worker process
+        if self._counter is None: self._counter = load_counter(self.s.tokenizer, self.tok_dir)
         return ShardScan(self.work / f"candidates-{Path(shard_path).name}", self.s, self.known, self._counter)
 
     def collect(self, shard_name: str, result: tuple):
@@ -194,18 +208,20 @@ class RidingScan:
 
 
 def _pool_map(fn, jobs: list, workers: int, initargs: tuple):
-    "Results of `fn` over `jobs` (trajectory shard, candidates shard) in order, on chapter 03's process pool with this chapter's worker set-up."
+    """Results of `fn` over `jobs` (trajectory shard, candidates shard) in order, on chapter 03's process pool with
+    this chapter's worker set-up."""
     return pool_map(fn, jobs, workers, _scan_init, initargs, costs=[os.path.getsize(src) for src, _ in jobs])
 
 # %% ../../nbs/04_structural_filter/09_build.ipynb #d3def7b6
 def profile_catalog(run: Run, catalog: CatalogSettings) -> Path:
-    "The catalog of a profile's run: its real catalog (`catalog.path`) when it names one, else the one its sandbox wrote."
+    """The catalog of a profile's run: its real catalog (`catalog.path`) when it names one,
+    else the one its sandbox wrote."""
     return Path(catalog.path) if catalog.path else run.sandbox().catalog
 
 
 def catalog_ids(spec, auto=None) -> set | None:
-    """Product ids for the recommend check: from the catalog file `spec`, or (`spec` 'auto') from the catalog `auto` names (a
-    profile's, see `profile_catalog`) when it exists; None when there is none."""
+    """Product ids for the recommend check: from the catalog file `spec`, or (`spec` 'auto') from the catalog `auto`
+    names (a profile's, see `profile_catalog`) when it exists; None when there is none."""
     if spec in (None, "none"): return None
     if spec == "auto":
         if auto is None: return None
@@ -215,11 +231,12 @@ def catalog_ids(spec, auto=None) -> set | None:
 
 
 def _ensure_tokenizer(s: FilterSettings, trajectories, first_shard: list, folder: Path) -> Path | None:
-    """For tokenizer 'bpe': train it on the first `bpe_sample` trajectories (`trajectories()` iterates them, in shard order)
-    into `folder`; reused when its recipe (vocabulary, sample, name of the first shard) matches."""
+    """For tokenizer 'bpe': train it on the first `bpe_sample` trajectories (`trajectories()` iterates them, in shard
+    order) into `folder`; reused when its recipe (vocabulary, sample, name of the first shard) matches."""
     if s.tokenizer != "bpe": return None
     recipe = {"vocab": s.bpe_vocab, "sample": s.bpe_sample, "source": first_shard}
-    if (folder / "recipe.json").is_file() and json.loads((folder / "recipe.json").read_text()) == recipe and (folder / "tokenizer.json").is_file():
+    if ((folder / "recipe.json").is_file() and json.loads((folder / "recipe.json").read_text()) == recipe
+        and (folder / "tokenizer.json").is_file()):
         return folder
     texts = [render_chat(t["messages"], t["tools"]) for t in islice(trajectories(), s.bpe_sample)]
     folder.mkdir(parents=True, exist_ok=True)
@@ -236,7 +253,8 @@ def shard_trajectories(traj_dir: Path):
 CORPUS_VERSION = 3  # part of the fingerprint: bump when the corpus a given input gives changes
 
 def check_problems(path) -> dict:
-    "The bank or task file at `path` (problem id -> problem), or an InputError when it is missing, unreadable or holds no problem."
+    """The bank or task file at `path` (problem id -> problem), or an InputError when it is missing,
+    unreadable or holds no problem."""
     if not Path(path).is_file(): raise InputError(path, "no problems file here (--problems)")
     try: bank = load_bank(path)
     except InputError: raise
@@ -264,12 +282,12 @@ def build_corpus(run: Run, filtering: FilterSettings, corpus: CorpusSettings, no
                  judge: JudgeSettings, clusters: ClusterSettings, catalog: CatalogSettings, traces=None, out_dir=None,
                  trajectories_dir=None, problems="auto", catalog_file=None, judge_backend=None,
                  workers: int | None = None, progress: bool = True, reuse: bool = True) -> dict:
-    """Trace files (`traces`: a glob, folder, file or list; or None to use the trajectories already in `trajectories_dir`)
-    -> chapter 03 (normalise + judge, sections `normalise` and `judge`) -> chapter 04's stages (`filtering`: section
-    `filter`) -> a train / eval corpus (`corpus`) split by chapter 00's leak `clusters`, in `out_dir` (default
-    `run.corpus()`). `catalog`: the profile's catalog section, for `filter.catalog: auto` (see `profile_catalog`);
-    `catalog_file`, `judge_backend`: overrides of `filter.catalog` and `judge.backend`. Raises InputError when the problems
-    file is unusable or no trajectory is kept for training (naming chapter 03's ledger)."""
+    """Trace files (`traces`: a glob, folder, file or list; or None to use the trajectories already in
+    `trajectories_dir`) -> chapter 03 (normalise + judge, sections `normalise` and `judge`) -> chapter 04's stages
+    (`filtering`: section `filter`) -> a train / eval corpus (`corpus`) split by chapter 00's leak `clusters`, in
+    `out_dir` (default `run.corpus()`). `catalog`: the profile's catalog section, for `filter.catalog: auto` (see
+    `profile_catalog`); `catalog_file`, `judge_backend`: overrides of `filter.catalog` and `judge.backend`. Raises
+    InputError when the problems file is unusable or no trajectory is kept for training (naming chapter 03's ledger)."""
     if problems not in ("auto", None, "none"): check_problems(problems)  # before anything is written
     out = CorpusFolder(Path(out_dir)) if out_dir else run.corpus()
     fresh = not out.summary.is_file()
@@ -286,20 +304,23 @@ def build_corpus(run: Run, filtering: FilterSettings, corpus: CorpusSettings, no
 # %% ../../nbs/04_structural_filter/09_build.ipynb #82867d0e
 def _trajectories(traces, traj_dir: Path, riding: RidingScan, ns: NormaliseSettings, js: JudgeSettings, problems,
                   judge_backend, workers, progress: bool) -> dict:
-    "Chapter 03's summary: trace files normalised and judged now (the scan riding along), or the trajectories already in `traj_dir`."
+    """Chapter 03's summary: trace files normalised and judged now (the scan riding along), or the
+    trajectories already in `traj_dir`."""
     if traces is not None:
         return normalise_traces(traces, traj_dir, judge=judge_backend or js.backend, workers=workers or ns.workers,
                                 format=ns.format, problems=ns.problems if problems == "auto" else problems,
                                 max_record_bytes=ns.max_record_bytes, compresslevel=ns.compresslevel, judge_settings=js,
                                 progress=progress, scan=riding)
     summary = TrajectoriesFolder(traj_dir).summary
-    if not summary.is_file(): raise FileNotFoundError(f"no trajectories in {traj_dir} (no summary.json): give trace files")
+    if not summary.is_file():
+        raise FileNotFoundError(f"no trajectories in {traj_dir} (no summary.json): give trace files")
     return json.loads(summary.read_text())
 
 
 def _scan_shards(traj_dir: Path, out: CorpusFolder, fs: FilterSettings, known_ids, workers: int,
                  progress: bool) -> tuple:
-    "(tokenizer folder, catalog ids, feature frames, signatures) of the shards already in `traj_dir`, scanned by worker processes."
+    """(tokenizer folder, catalog ids, feature frames, signatures) of the shards already in `traj_dir`,
+    scanned by worker processes."""
     from tqdm.auto import tqdm
     shards = sorted(traj_dir.glob("shard-*.jsonl.gz"))
     tok_dir = _ensure_tokenizer(fs, lambda: shard_trajectories(traj_dir), [p.name for p in shards[:1]], out.tokenizer)
@@ -313,7 +334,8 @@ def _scan_shards(traj_dir: Path, out: CorpusFolder, fs: FilterSettings, known_id
 
 
 def _write_records(out: CorpusFolder, df, result: dict, fun: dict, summary: dict, kept) -> None:
-    "The build's records beside the corpus: every decision, every problem with its cluster and split, the funnel, the audits, the card, the summary."
+    """The build's records beside the corpus: every decision, every problem with its cluster and split, the funnel, the
+    audits, the card, the summary."""
     import pandas as pd
     df.drop(columns=["templates"]).to_parquet(out.decisions, index=False)
     split_of = dict(zip(kept["cluster"], kept["split"]))
@@ -394,7 +416,8 @@ def split_corpus(df, bank: dict, cluster_settings, cs: CorpusSettings) -> dict:
     answers = {}
     if cs.answer_edges:
         for r in rows:
-            if is_true(r["success"]) and text_or_none(r["recommended"]): answers.setdefault(problem_key(r["problem_id"], r["query"]), set()).update(r["recommended"].split(","))
+            if is_true(r["success"]) and text_or_none(r["recommended"]):
+                answers.setdefault(problem_key(r["problem_id"], r["query"]), set()).update(r["recommended"].split(","))
     cl = problem_clusters(probs, cluster_settings, answers)
     kept = df[df["stage"] == "kept"].copy()
     kept["cluster"] = [int(cl[problem_key(p, q)]) for p, q in zip(kept["problem_id"], kept["query"])]
@@ -438,7 +461,8 @@ class _Batches:
 
 # %% ../../nbs/04_structural_filter/09_build.ipynb #54e3a44c
 def write_corpus(kept, out: CorpusFolder, cs: CorpusSettings) -> dict:
-    "Save the corpus (and the per-step view) of the `kept` rows, read from the candidates in `out.work`, as DatasetDicts under `out` and as parquet; returns the paths."
+    """Save the corpus (and the per-step view) of the `kept` rows, read from the candidates in `out.work`, as
+    DatasetDicts under `out` and as parquet; returns the paths."""
     from datasets.utils.tqdm import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
     quiet = not are_progress_bars_disabled()
     if quiet: disable_progress_bars()  # one bar per split and format would drown the chapter's output
@@ -452,10 +476,12 @@ def _write_corpus(kept, out: CorpusFolder, cs: CorpusSettings) -> dict:
     main_schema, step_schema = arrow_schemas()
     want = {c: r for c, r in zip(kept["candidate"], kept.to_dict("records"))}
     out.parquet.mkdir(exist_ok=True)
-    kinds = [("dataset", main_schema, out.split_file)] + ([("steps", step_schema, lambda s: out.split_file(s, "steps"))] if cs.per_step else [])
+    kinds = ([("dataset", main_schema, out.split_file)]
+             + ([("steps", step_schema, lambda s: out.split_file(s, "steps"))] if cs.per_step else []))
     writers = {(name, s): _Batches(path_of(s), schema) for name, schema, path_of in kinds for s in ("train", "eval")}
     try:
-        for shard in sorted(out.work.glob("candidates-*.jsonl.gz")):  # shard order, then line order: the same whatever the workers
+        # shard order, then line order: the same whatever the workers
+        for shard in sorted(out.work.glob("candidates-*.jsonl.gz")):
             with gzip.open(shard, "rb") as f:
                 for n, line in enumerate(f):
                     r = want.get(f"{shard.name}:{n}")
@@ -468,7 +494,8 @@ def _write_corpus(kept, out: CorpusFolder, cs: CorpusSettings) -> dict:
     paths = {f"{name}/{s}.parquet": str(w.path) for (name, s), w in writers.items() if w.rows}
     for name, _, _ in kinds:  # the DatasetDicts, built from the parquet files without loading them into memory
         parts = {s: w.path for (n, s), w in writers.items() if n == name and w.rows}
-        d = datasets.DatasetDict({s: datasets.Dataset.from_parquet(str(p), cache_dir=str(out.work / "cache"), keep_in_memory=False) for s, p in parts.items()})
+        d = datasets.DatasetDict({s: datasets.Dataset.from_parquet(str(p), cache_dir=str(out.work / "cache"),
+                                                                   keep_in_memory=False) for s, p in parts.items()})
         d.save_to_disk(str(getattr(out, name)))
         paths[name] = str(getattr(out, name))
     return paths

@@ -42,9 +42,11 @@ def _md_table(d: dict, head=("", "")) -> str:
 SIZE_CATEGORIES = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
                    (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M"), (1_000_000_000, "100M<n<1B"))
 
-PAPER_TITLE = "Bittensor Agent Arenas as a Trajectory Primitive: Distilling a Shopping Agent from ShoppingBench Subnet Traces"
+PAPER_TITLE = ("Bittensor Agent Arenas as a Trajectory Primitive: Distilling a Shopping Agent from "
+               "ShoppingBench Subnet Traces")
 
-LOAD_FOLDER = "path/to/corpus"  # the card's loading snippet reads the folder under this name (the test runs it with the real one)
+# the card's loading snippet reads the folder under this name (the test runs it with the real one)
+LOAD_FOLDER = "path/to/corpus"
 
 def size_category(n: int) -> str:
     "The Hub's size bucket for `n` rows."
@@ -52,13 +54,15 @@ def size_category(n: int) -> str:
 
 
 def card_data(summary: dict):
-    "The card's YAML header as `huggingface_hub.DatasetCardData`: license, language, size, task, name, and a parquet config per view."
+    """The card's YAML header as `huggingface_hub.DatasetCardData`: license, language, size, task, name,
+    and a parquet config per view."""
     from huggingface_hub import DatasetCardData
     c = summary["settings"]["corpus"]
     splits = [x for x in ("train", "eval") if x in summary["splits"]]
     configs = [{"config_name": "default",
                 "data_files": [{"split": x, "path": CorpusFolder(Path()).split_file(x).as_posix()} for x in splits]}]
-    if c["per_step"]: configs.append({"config_name": "steps", "data_files": [{"split": x, "path": CorpusFolder(Path()).split_file(x, "steps").as_posix()} for x in splits]})
+    if c["per_step"]: configs.append({"config_name": "steps", "data_files": [
+        {"split": x, "path": CorpusFolder(Path()).split_file(x, "steps").as_posix()} for x in splits]})
     return DatasetCardData(license=c["license"].lower(), language=["en"],
                            size_categories=[size_category(sum(summary["splits"].values()))],
                            task_categories=["text-generation"], pretty_name=c["name"],
@@ -93,7 +97,8 @@ corpus = datasets.load_dataset(folder)  # splits {', '.join(s['splits'])}, from 
 def _card_splits(s: dict) -> str:
     "The card's splits: sizes, clusters, the audit and the n-gram overlap."
     c = s["settings"]["corpus"]
-    audit = "empty: no cluster, gold product or answer product is in both splits" if not s["audit"] else f"{len(s['audit'])} findings (see audits.json)"
+    audit = ("empty: no cluster, gold product or answer product is in both splits" if not s["audit"]
+             else f"{len(s['audit'])} findings (see audits.json)")
     return f"""## Splits
 
 {_md_table({k: f"{v:,} trajectories" for k, v in s['splits'].items()}, ("split", "size"))}
@@ -165,11 +170,14 @@ evidence. The judge score is a proxy for reasoning quality, not a measure of it.
 
 # %% ../../nbs/04_structural_filter/08_dataset_card.ipynb #90aa1f20
 def dataset_card(summary: dict, kept=None) -> str:
-    """The corpus's README.md, a `huggingface_hub.DatasetCard`: the header of `card_data`, then what the corpus is, how it was made
-    (the funnel), how to load it, its columns, limits and citation. Raises ValueError if the header does not parse back as written."""
+    """The corpus's README.md, a `huggingface_hub.DatasetCard`: the header of `card_data`, then what the corpus is, how
+    it was made (the funnel), how to load it, its columns, limits and citation. Raises ValueError if the header
+    does not parse back as written."""
     from huggingface_hub import DatasetCard
     data = card_data(summary)
-    body = _card_intro(summary) + _card_splits(summary) + _card_method(summary) + _card_columns() + _card_license(summary)
+    body = (_card_intro(summary) + _card_splits(summary) + _card_method(summary) + _card_columns()
+            + _card_license(summary))
     card = DatasetCard(f"---\n{data.to_yaml()}\n---\n\n{body}")
-    if card.data.to_dict() != data.to_dict(): raise ValueError(f"the dataset card's header does not parse back as written: {card.data.to_dict()}")
+    if card.data.to_dict() != data.to_dict():
+        raise ValueError(f"the dataset card's header does not parse back as written: {card.data.to_dict()}")
     return str(card)

@@ -18,7 +18,8 @@ def qwen3_template_text() -> str:
     spec = importlib.util.find_spec("trl")
     if spec is None or not spec.submodule_search_locations: raise ModuleNotFoundError("the Qwen3 chat template comes "
                                                                                       "from trl; install trl")
-    return (Path(list(spec.submodule_search_locations)[0]) / "chat_templates" / "qwen3.jinja").read_text(encoding="utf-8")
+    return ((Path(list(spec.submodule_search_locations)[0]) / "chat_templates" / "qwen3.jinja")
+            .read_text(encoding="utf-8"))
 
 
 @lru_cache(maxsize=4)
@@ -28,10 +29,12 @@ def _compiled_template(text: str):
 
     def raise_exception(message): raise jinja2.exceptions.TemplateError(message)
 
-    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):  # transformers' filter, not Jinja's HTML-safe one
+    # transformers' filter, not Jinja's HTML-safe one
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
         return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-    # transformers renders in a sandboxed environment because templates come from the hub; this one is TRL's file, and the
-    # sandbox's attribute checks would triple the cost of rendering. The output is the same (the tests compare them).
+    # transformers renders in a sandboxed environment because templates come from the hub; this one is TRL's file, and
+    # the sandbox's attribute checks would triple the cost of rendering. The output is the
+    # same (the tests compare them).
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception

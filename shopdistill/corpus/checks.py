@@ -23,17 +23,21 @@ from .trajectory import assistant_message, make_tool_call, text_message, tool_me
 class FilterSettings:
     "The `filter` section of a profile: the thresholds of chapter 04's stages, in the order they apply."
     # reasoning-coefficient gate
-    min_quality: float = 0.5  # judge score at or above (chapter 00's coefficient at 0.5 is 0.7375): the paper's "unanimous-50"
+    # judge score at or above (chapter 00's coefficient at 0.5 is 0.7375): the paper's "unanimous-50"
+    min_quality: float = 0.5
     unanimous: bool = True  # ... and every judged run of the same agent version on the same problem must pass too
     # hard rejects
     exempt_final_terminate: bool = True  # a final `terminate` may go unanswered (upstream stops before its observation)
-    catalog: str | None = "auto"  # product ids for the recommend check: auto = the profile's sandbox catalog; null = ids the trace saw
+    # product ids for the recommend check: auto = the profile's sandbox catalog; null = ids the trace saw
+    catalog: str | None = "auto"
     max_tokens: int = 14_336  # the paper's token budget (the SFT max length)
-    tokenizer: str = "Qwen/Qwen3-4B"  # a hub id or folder | "bpe" (byte-level BPE trained on the run's traces) | "chars/4" (a proxy)
+    # a hub id or folder | "bpe" (byte-level BPE trained on the run's traces) | "chars/4" (a proxy)
+    tokenizer: str = "Qwen/Qwen3-4B"
     bpe_vocab: int = 8000  # the "bpe" tokenizer's vocabulary
     bpe_sample: int = 500  # trajectories the "bpe" tokenizer is trained on
     # dedup
-    near_threshold: float = 0.85  # MinHash-estimated Jaccard of assistant-text shingles at which two traces are near duplicates
+    # MinHash-estimated Jaccard of assistant-text shingles at which two traces are near duplicates
+    near_threshold: float = 0.85
     near_ngram: int = 5  # words per shingle
     num_perm: int = 128
     minhash_seed: int = 1
@@ -47,8 +51,10 @@ class FilterSettings:
     min_authored_share: float = 0.8  # Axis A: at least this share of action turns was written by a model call ...
     cover_ratio: float = 0.5  # ... one whose completion holds at least this share of the turn's tokens
     tiny_tokens: int = 4  # a model call of at most this many completion tokens is a classification (yes/no, a number)
-    max_templated_share: float = 0.9  # no proxy log: Axis B when this share of action turns has empty or templated thinking
-    template_min_traces: int = 20  # a thinking text (numbers and quotes masked) is a template when the miner used it this often
+    # no proxy log: Axis B when this share of action turns has empty or templated thinking
+    max_templated_share: float = 0.9
+    # a thinking text (numbers and quotes masked) is a template when the miner used it this often
+    template_min_traces: int = 20
     # the cap
     max_per_problem: int = 8  # best-ranked traces kept per problem
 
@@ -62,7 +68,8 @@ def _inference(tokens: int) -> dict:
 
 
 def turn_text(m: dict) -> str:
-    "What the model writes for one assistant turn: thinking, response and the calls as JSON (the size a model call must cover)."
+    """What the model writes for one assistant turn: thinking, response and the calls as JSON (the
+    size a model call must cover)."""
     calls = [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]} for c in m["tool_calls"]]
     return m["reasoning_content"] + m["content"] + (json.dumps(calls, ensure_ascii=False) if calls else "")
 
@@ -80,7 +87,8 @@ def toy_trajectory(query: str, turns: list, problem_id: str | None = "p0", proxy
         idx = len(msgs) - 1
         msgs += [tool_message(i, n, r) for i, (n, _, r) in zip(ids, calls) if r is not None]
         tokens = [count_tokens(turn_text(msgs[idx])) + 8] if proxy is None else proxy[k]
-        log = [_inference(t) for t in tokens] + [{"kind": "search", "path": "/" + n, "status_code": 200} for n, _, _ in calls
+        log = [_inference(t) for t in tokens] + [{"kind": "search", "path": "/" + n, "status_code": 200}
+                                                 for n, _, _ in calls
                                                   if n in ("find_product", "view_product_information")]
         steps.append({"step": k, "message_index": idx, "timestamp": k, "proxy_calls": log})
     m = new_meta(fmt, "toy.jsonl", line)
@@ -93,7 +101,8 @@ def toy_trajectory(query: str, turns: list, problem_id: str | None = "p0", proxy
 # %% ../../nbs/04_structural_filter/00_checks.ipynb #b9794c61
 TOY_QUERY = "a black cotton shirt"
 
-TOY_HITS = '[{"product_id": "1000000001", "title": "Black cotton shirt", "price": 250}, {"product_id": "1000000002", "title": "Grey shirt", "price": 180}]'
+TOY_HITS = ('[{"product_id": "1000000001", "title": "Black cotton shirt", "price": 250}, {"product_id": "1000000002", '
+            '"title": "Grey shirt", "price": 180}]')
 
 TOY_TURNS = [("Search for the shirt.", [("find_product", {"q": "black cotton shirt"}, TOY_HITS)], ""),
              ("Two candidates; 1000000001 is black and cotton, 1000000002 is grey. Check the first.",
@@ -101,13 +110,15 @@ TOY_TURNS = [("Search for the shirt.", [("find_product", {"q": "black cotton shi
                 '[{"product_id": "1000000001", "color": "black"}]')], ""),
              ("It is black cotton at 250 PHP: recommend it.",
               [("recommend_product", {"product_ids": "1000000001"}, "Recommendation recorded.")], ""),
-             ("Done.", [("terminate", {"status": "success"}, None)], "I recommend 1000000001.")]  # the turns of a trace every stage keeps
+             # the turns of a trace every stage keeps
+             ("Done.", [("terminate", {"status": "success"}, None)], "I recommend 1000000001.")]
 
 # %% ../../nbs/04_structural_filter/00_checks.ipynb #7fb7702e
 def judge_quality(traj: dict) -> float | None:
     "The reasoning quality this pipeline's judge gave (chapter 03), else the one the source recorded, else None."
     j = traj["meta"].get("judge")
-    if isinstance(j, dict) and isinstance(j.get("reasoning_quality"), (int, float)): return float(j["reasoning_quality"])
+    if isinstance(j, dict) and isinstance(j.get("reasoning_quality"), (int, float)):
+        return float(j["reasoning_quality"])
     q = (traj["meta"].get("scores") or {}).get("reasoning_quality")
     return float(q) if isinstance(q, (int, float)) and not isinstance(q, bool) else None
 
@@ -118,7 +129,8 @@ def reasoning_gate(quality: float | None, min_quality: float) -> bool:
 
 
 def unanimous_groups(keys, passed) -> list[bool]:
-    "For rows with group `keys` (e.g. (agent version, problem)) and own verdicts `passed`: does every row of the group pass?"
+    """For rows with group `keys` (e.g. (agent version, problem)) and own verdicts `passed`: does
+    every row of the group pass?"""
     ok = defaultdict(lambda: True)
     for k, p in zip(keys, passed): ok[k] = ok[k] and bool(p)
     return [ok[k] for k in keys]
@@ -130,7 +142,8 @@ _JSON_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean":
 
 def _type_ok(value, spec: dict) -> bool:
     "Does `value` have the JSON type `spec` asks for (None allowed where the schema says nullable)?"
-    if value is None: return bool(spec.get("nullable")) or spec.get("type") == "null" or "null" in (spec.get("type") or [])
+    if value is None:
+        return bool(spec.get("nullable")) or spec.get("type") == "null" or "null" in (spec.get("type") or [])
     types = spec.get("type")
     if types is None: return True
     for t in ([types] if isinstance(types, str) else types):
@@ -153,7 +166,8 @@ def argument_problems(args: dict, parameters: dict) -> list[str]:
 
 
 def format_problems(traj: dict) -> list[str]:
-    "Why a trajectory's tool calls are not ones to imitate: chapter 03's format issues, unknown tools, schema violations; [] if none."
+    """Why a trajectory's tool calls are not ones to imitate: chapter 03's format issues, unknown tools,
+    schema violations; [] if none."""
     out = [f"{i['code']} at step {i['step']}" for i in traj["meta"]["issues"] if i["code"] in FORMAT_ISSUES]
     schemas = {t["function"]["name"]: t["function"].get("parameters") or {} for t in traj["tools"]}
     for k, m in enumerate(traj["messages"]):

@@ -43,12 +43,15 @@ def _corpus(args) -> int:
                      args.traces, args.out, problems=args.problems, catalog_file=args.catalog, judge_backend=args.judge,
                      workers=args.workers, reuse=not args.force)
     f = s["funnel"]
-    print(f"{s['inputs']:,} records -> {s['trajectories']:,} trajectories -> {f['train']:,} train + {f.get('eval', 0):,} eval "
+    print(f"{s['inputs']:,} records -> {s['trajectories']:,} trajectories -> {f['train']:,} train + "
+          f"{f.get('eval', 0):,} eval "
           f"({s['problems']['in_corpus']:,} problems, {s['problems']['clusters']:,} clusters); audit: "
-          f"{'empty' if not s['audit'] else str(len(s['audit'])) + ' findings'}; {s['seconds']['total']:.0f}s{' (reused)' if s.get('reused') else ''}")
+          f"{'empty' if not s['audit'] else str(len(s['audit'])) + ' findings'}; "
+          f"{s['seconds']['total']:.0f}s{' (reused)' if s.get('reused') else ''}")
     print(f"corpus -> {s['out_dir']} (README.md, dataset/, steps/, parquet/)")
     ledger = TrajectoriesFolder(s["trajectories_dir"]).ledger
     reasons = Counter(json.loads(l)["reason"] for l in open(ledger)) if ledger.is_file() else Counter()
-    print(f"ledger: {sum(reasons.values()):,} records not kept as trajectories ({', '.join(f'{k} {v}' for k, v in sorted(reasons.items())) or 'none'}), "
+    print(f"ledger: {sum(reasons.values()):,} records not kept as trajectories "
+          f"({', '.join(f'{k} {v}' for k, v in sorted(reasons.items())) or 'none'}), "
           f"each with its file, line, reason and its row's id where it has one -> {ledger}")
     return 0

@@ -37,20 +37,23 @@ def assistant_shingles(traj: dict, n: int = 5) -> list[bytes]:
     for m in traj["messages"]:
         if m["role"] != "assistant": continue
         words += _WORDS((m["reasoning_content"] + " " + m["content"]).lower())
-        for c in m["tool_calls"]: words += [c["function"]["name"]] + _WORDS(sorted_ascii_json(c["function"]["arguments"]).lower())
+        for c in m["tool_calls"]:
+            words += [c["function"]["name"]] + _WORDS(sorted_ascii_json(c["function"]["arguments"]).lower())
     if len(words) <= n: return [" ".join(words).encode()]
     return list({" ".join(g).encode() for g in zip(*(words[i:] for i in range(n)))})  # every run of n consecutive words
 
 
 MINHASH_SCHEME = "affine32"  # datasketch's permutation scheme (2.0): signatures are comparable only within one scheme
 
-def _crc32(b: bytes) -> int: return zlib.crc32(b)  # a 32-bit shingle hash, several times cheaper than datasketch's SHA-1 default
+# a 32-bit shingle hash, several times cheaper than datasketch's SHA-1 default
+def _crc32(b: bytes) -> int: return zlib.crc32(b)
 
 
 @lru_cache(maxsize=8)
 def _minhash_template(num_perm: int, seed: int):
     from datasketch import MinHash
-    return MinHash(num_perm=num_perm, seed=seed, scheme=MINHASH_SCHEME, hashfunc=zlib.crc32)  # = _crc32, without a Python call per shingle
+    # = _crc32, without a Python call per shingle
+    return MinHash(num_perm=num_perm, seed=seed, scheme=MINHASH_SCHEME, hashfunc=zlib.crc32)
 
 
 def minhash_signature(shingles: list[bytes], num_perm: int = 128, seed: int = 1) -> np.ndarray:
@@ -63,12 +66,15 @@ def minhash_signature(shingles: list[bytes], num_perm: int = 128, seed: int = 1)
 def near_duplicates(keys: list, signatures: list, threshold: float = 0.85, num_perm: int = 128,
                     similarity: dict | None = None) -> dict:
     """{key: the key it duplicates} for signatures visited in the given order (best first): a trace whose estimated
-    Jaccard similarity with an earlier kept trace reaches `threshold` is a near duplicate of it (a threshold above 1: none).
-    `similarity`, when given, receives each key's highest estimated similarity to an earlier kept trace (0 if none was proposed)."""
+    Jaccard similarity with an earlier kept trace reaches `threshold` is a near duplicate of it (a threshold above 1:
+    none). `similarity`, when given, receives each key's highest estimated similarity to an earlier kept
+    trace (0 if none was proposed)."""
     from datasketch import LeanMinHash, MinHashLSH
     if threshold > 1: return {}  # near dedup switched off
-    # the LSH only proposes candidates; the threshold is applied to the estimate. Bands need a threshold below about 0.95.
-    lsh, kept, dup = MinHashLSH(threshold=min(threshold, 0.9), num_perm=num_perm), {}, {}  # kept: key -> (visit order, signature)
+    # the LSH only proposes candidates; the threshold is applied to the estimate. Bands
+    # need a threshold below about 0.95.
+    # kept: key -> (visit order, signature)
+    lsh, kept, dup = MinHashLSH(threshold=min(threshold, 0.9), num_perm=num_perm), {}, {}
     for k, sig in zip(keys, signatures):
         m = LeanMinHash(seed=0, hashvalues=sig, scheme=MINHASH_SCHEME)
         near = [(float(np.mean(kept[c][1] == sig)), -kept[c][0], c) for c in lsh.query(m)]

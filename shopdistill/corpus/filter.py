@@ -9,7 +9,9 @@ __all__ = ['STAGES', 'passes_checks', 'might_keep', 'trajectory_features', 'rank
 import numpy as np
 from collections import Counter
 from .axes import axis_signals, classify_axis, templated_shares, thinking_templates
-from .checks import FilterSettings, ends_without_action, format_problems, judge_quality, pairing_problems, reasoning_gate, recommend_calls, recommend_problems, recommended_ids, unanimous_groups
+from .checks import (FilterSettings, ends_without_action, format_problems, judge_quality,
+                                       pairing_problems, reasoning_gate, recommend_calls, recommend_problems,
+                                       recommended_ids, unanimous_groups)
 from .dedup import exact_key, near_duplicates
 from .ranking import structural_score, structure_signals
 from .tokens import TokenCounter
@@ -19,15 +21,19 @@ STAGES = ("reasoning_gate", "format", "unpaired", "think_then_stop", "recommend_
           "structural_score", "exact_duplicate", "near_duplicate", "axis_b", "over_budget", "problem_cap")
 
 def passes_checks(row: dict, s: FilterSettings) -> bool:
-    "Does a row pass every per-trajectory check before deduplication (its own judge score, format, four rejects, score floor)?"
-    return (reasoning_gate(row["judge_quality"], s.min_quality) and not (row["format_problems"] or row["unpaired"] or row["think_then_stop"])
+    """Does a row pass every per-trajectory check before deduplication (its own judge score, format,
+    four rejects, score floor)?"""
+    return (reasoning_gate(row["judge_quality"], s.min_quality)
+            and not (row["format_problems"] or row["unpaired"] or row["think_then_stop"])
             and row["recommend_calls"] == 1 and not row["recommend_problems"] and row["score"] >= s.min_score)
 
 
 def might_keep(row: dict, s: FilterSettings) -> bool:
-    "Could this trace reach the token budget? It `passes_checks` and is not Axis B by its proxy log (text evidence needs the other traces)."
+    """Could this trace reach the token budget? It `passes_checks` and is not Axis B by its proxy log (text
+    evidence needs the other traces)."""
     if not passes_checks(row, s): return False
-    return not row["log"] or (row["action_turns"] > 0 and row["authored_turns"] / row["action_turns"] >= s.min_authored_share)
+    return not row["log"] or (row["action_turns"] > 0
+                              and row["authored_turns"] / row["action_turns"] >= s.min_authored_share)
 
 
 def trajectory_features(traj: dict, s: FilterSettings, known_ids=None, counter: TokenCounter | None = None) -> dict:
@@ -35,7 +41,8 @@ def trajectory_features(traj: dict, s: FilterSettings, known_ids=None, counter: 
     traces that `might_keep` (None otherwise); `known_ids`: see `recommend_problems`."""
     m = traj["meta"]
     quality = judge_quality(traj)
-    fmt, pairing, stop = format_problems(traj), pairing_problems(traj, s.exempt_final_terminate), ends_without_action(traj)
+    fmt, pairing, stop = (format_problems(traj), pairing_problems(traj, s.exempt_final_terminate),
+                          ends_without_action(traj))
     recs = recommend_calls(traj)
     rec_problems = recommend_problems(traj, known_ids) if len(recs) == 1 else []
     ids = recommended_ids(recs[0]) if len(recs) == 1 else None
@@ -51,7 +58,8 @@ def trajectory_features(traj: dict, s: FilterSettings, known_ids=None, counter: 
            "recommend_problems": len(rec_problems), "recommended": ",".join(ids) if ids else None, **sig,
            "templates": thinking_templates(traj), **st, "score": structural_score(st, s), "exact_key": exact_key(traj),
            "turns": sum(x["role"] == "assistant" for x in traj["messages"])}
-    row["n_tokens"] = counter.count_chat(traj["messages"], traj["tools"]) if counter is not None and might_keep(row, s) else None
+    row["n_tokens"] = (counter.count_chat(traj["messages"], traj["tools"])
+                       if counter is not None and might_keep(row, s) else None)
     return row
 
 # %% ../../nbs/04_structural_filter/06_filter.ipynb #43d5d04c
@@ -62,7 +70,8 @@ def rank_order(df) -> list:
 
 # %% ../../nbs/04_structural_filter/06_filter.ipynb #8609a5c9
 def _with_axes(df, s: FilterSettings):
-    "A copy of the rows with the Axis decision: `templated_share` (over each miner's traces), `axis`, `evidence`, `authored_share`."
+    """A copy of the rows with the Axis decision: `templated_share` (over each miner's traces), `axis`,
+    `evidence`, `authored_share`."""
     df = df.copy()
     df["templated_share"] = templated_shares(list(df["hotkey"]), list(df["templates"]), s.template_min_traces)
     axes = [classify_axis(r, t, s) for r, t in zip(df[["log", "action_turns", "authored_turns"]].to_dict("records"),
@@ -94,7 +103,8 @@ def _over_cap(df, order: list, cap: int) -> list:
 # %% ../../nbs/04_structural_filter/06_filter.ipynb #d43bec3a
 def apply_stages(df, s: FilterSettings, signatures: dict | None = None):
     """The rows `df` (from `trajectory_features`) with `templated_share`, `axis`, `evidence`, `authored_share`, `stage`,
-    `duplicate_of` and `near_similarity` (the highest estimated similarity to a better-ranked trace, for traces that reach near dedup) added."""
+    `duplicate_of` and `near_similarity` (the highest estimated similarity to a better-ranked trace, for traces
+    that reach near dedup) added."""
     import pandas as pd
     if not len(df):  # every record rejected upstream: nothing to decide, but the caller still gets the decided columns
         return df.assign(**{c: pd.Series(dtype=t) for c, t in (("templated_share", float), ("axis", object),
@@ -138,7 +148,8 @@ def apply_stages(df, s: FilterSettings, signatures: dict | None = None):
         drop(df["duplicate_of"].notna() & (df["stage"] == "kept"), "near_duplicate")
     drop(df["axis"] != "A", "axis_b")
     missing = alive & df["n_tokens"].isna().to_numpy()
-    if missing.any(): raise ValueError(f"apply_stages: {int(missing.sum())} traces reach the token budget without a token count (see might_keep)")
+    if missing.any(): raise ValueError(f"apply_stages: {int(missing.sum())} traces reach the token budget without a "
+                                       "token count (see might_keep)")
     drop(df["n_tokens"].fillna(0) > s.max_tokens, "over_budget")
     drop(df.index.isin(_over_cap(df, [i for i in rank_order(df) if alive[df.index.get_loc(i)]], s.max_per_problem)),
          "problem_cap")
@@ -146,7 +157,8 @@ def apply_stages(df, s: FilterSettings, signatures: dict | None = None):
 
 # %% ../../nbs/04_structural_filter/06_filter.ipynb #88a7383a
 def funnel(df, inputs: int | None = None, by=None):
-    "Traces standing after each stage (a DataFrame; one column per value of `by` when given, plus `all`); `inputs`: raw records before normalisation."
+    """Traces standing after each stage (a DataFrame; one column per value of `by` when given, plus `all`); `inputs`:
+    raw records before normalisation."""
     import pandas as pd
     groups = {"all": df} if by is None else {"all": df, **{k: g for k, g in df.groupby(by)}}
     out = {}

@@ -33,7 +33,8 @@ from fastcore.basics import patch
 SN15_FORMATS = ("sn15_envelope", "sn15_dialogue")
 
 def judge_dialogue(traj: dict) -> list[dict]:
-    "The trajectory as the SN15 dialogue steps the judge reads: per assistant turn, the thinking and each call with its result."
+    """The trajectory as the SN15 dialogue steps the judge reads: per assistant turn, the thinking
+    and each call with its result."""
     results = {m["tool_call_id"]: m["content"] for m in traj["messages"] if m["role"] == "tool"}
     return [{"completion": {"message": {"think": m["reasoning_content"], "response": m["content"],
                                         "tool_call": [{"name": c["function"]["name"],
@@ -57,17 +58,20 @@ def _clean_call(c: dict) -> dict:
 def proxy_log(traj: dict) -> tuple[list[dict], bool]:
     "(the proxy calls the judge reads, whether they were synthesised) for a trajectory."
     if traj["meta"]["source"]["format"] in SN15_FORMATS:
-        return [_clean_call(c) for s in traj["meta"]["steps"] for c in (s.get("proxy_calls") or []) if isinstance(c, dict)], False
+        return [_clean_call(c) for s in traj["meta"]["steps"] for c in (s.get("proxy_calls") or [])
+                if isinstance(c, dict)], False
     log = []
     for m in traj["messages"]:
         if m["role"] != "assistant": continue
-        text = m["reasoning_content"] + m["content"] + "".join(json.dumps(c["function"], ensure_ascii=False) for c in m["tool_calls"])
+        text = (m["reasoning_content"] + m["content"]
+                + "".join(json.dumps(c["function"], ensure_ascii=False) for c in m["tool_calls"]))
         log.append({"kind": "inference", "path": INFERENCE_PATH, "status_code": 200,
                     "response": {"usage": {"completion_tokens": count_tokens(text)}}, "result_product_ids": []})
     return log, True
 
 # %% ../../nbs/03_normalise_and_judge/02_judge.ipynb #55e16953
-INJECTION_PATTERNS = (  # (words one of which the text must contain, the pattern): the cheap test saves the regex on most traces
+# (words one of which the text must contain, the pattern): the cheap test saves the regex on most traces
+INJECTION_PATTERNS = (
     (("ignor", "disregard", "forget", "overrid"),
      r"\b(ignore|disregard|forget|override)\b[^.\n]{0,40}\b(instructions?|prompts?|rules|guidelines|rubric)\b"),
     (("quality",), r"\breasoning[_ ]quality\b"),
@@ -83,7 +87,8 @@ INJECTION_PATTERNS = (  # (words one of which the text must contain, the pattern
 _INJECTION = [(hints, re.compile(p, re.I)) for hints, p in INJECTION_PATTERNS]
 
 def find_injection(traj: dict, max_hits: int = 3) -> list[str]:
-    "Snippets of agent-written text the judge is shown (thinking <= 1000 characters, tool arguments <= 300) that address it; [] if none."
+    """Snippets of agent-written text the judge is shown (thinking <= 1000 characters, tool arguments <= 300)
+    that address it; [] if none."""
     texts = []
     for m in traj["messages"]:
         if m["role"] != "assistant": continue
@@ -129,7 +134,8 @@ class GateProxyJudge(Judge):
     def judge(self, traj: dict) -> dict:
         log, synthetic = proxy_log(traj)
         v = gate_proxy_judge(traj["query"], judge_dialogue(traj), log)
-        flags = (["synthetic_proxy_log"] if synthetic else []) + (["injection_suspected"] if find_injection(traj) else [])
+        flags = ((["synthetic_proxy_log"] if synthetic else [])
+                 + (["injection_suspected"] if find_injection(traj) else []))
         return make_verdict("proxy", v["reasoning_quality"], v["explanation"], flags=flags,
                             proxy_quality=v["reasoning_quality"], gates=v["gates"])
 
@@ -160,9 +166,11 @@ def _untrusted(text: str) -> str:
 
 
 def judge_messages(traj: dict) -> list[dict]:
-    "The chat messages sent to an LLM judge for one trajectory: the rubric, then the query, the proxy log and the fenced trajectory."
+    """The chat messages sent to an LLM judge for one trajectory: the rubric, then the query, the proxy
+    log and the fenced trajectory."""
     log, synthetic = proxy_log(traj)
-    view = judge_view(traj["query"], judge_dialogue(traj), log)  # chapter 02's cut: thinking <= 1000, results <= 300 characters
+    # chapter 02's cut: thinking <= 1000, results <= 300 characters
+    view = judge_view(traj["query"], judge_dialogue(traj), log)
     lines = [f"REQUEST:\n{traj['query']}", "",
              "PROXY CALL LOG" + (" (reconstructed: one inference call per assistant turn)" if synthetic else "") + ":"]
     for k, c in enumerate(view["proxy_calls"], 1):
@@ -209,7 +217,8 @@ def parse_verdict(text) -> dict:
     except (ValueError, RecursionError): raise InvalidVerdict(f"not one JSON object: {t[:80]!r}") from None
     if not isinstance(obj, dict): raise InvalidVerdict(f"a JSON {type(obj).__name__}, not an object")
     q = obj.get("reasoning_quality")
-    if isinstance(q, bool) or not isinstance(q, (int, float)): raise InvalidVerdict(f"reasoning_quality is {q!r}, not a number")
+    if isinstance(q, bool) or not isinstance(q, (int, float)):
+        raise InvalidVerdict(f"reasoning_quality is {q!r}, not a number")
     level = next((s for s in JUDGE_SCORES if math.isclose(q, s, abs_tol=1e-9)), None)
     if level is None: raise InvalidVerdict(f"reasoning_quality {q!r} is not one of {JUDGE_SCORES}")
     if not isinstance(obj.get("explanation"), str): raise InvalidVerdict("explanation is missing or not a string")
@@ -217,9 +226,11 @@ def parse_verdict(text) -> dict:
 
 # %% ../../nbs/03_normalise_and_judge/02_judge.ipynb #d3fb9a87
 class LLMJudge(Judge):
-    "Shared machinery of the model-backed judges: retries, blacklist, circuit breaker, fallback and the injection policy."
+    """Shared machinery of the model-backed judges: retries, blacklist, circuit breaker,
+    fallback and the injection policy."""
     backend = "llm"
-    concurrency = 4  # requests in flight in `judge_many` (a judge is I/O-bound; the blacklist and breaker are shared under a lock)
+    # requests in flight in `judge_many` (a judge is I/O-bound; the blacklist and breaker are shared under a lock)
+    concurrency = 4
 
     def __init__(self, models, retries: int = 2, backoff_s: float = 1.0, breaker_failures: int = 3,
                  fallback: str = "proxy", disagreement: float = 0.4, max_tokens: int = 512, sleep=time.sleep):
@@ -227,7 +238,8 @@ class LLMJudge(Judge):
         if not models: raise ValueError(f"{type(self).__name__}: give at least one judge model name")
         if fallback not in ("proxy", "none"): raise ValueError(f"fallback must be 'proxy' or 'none', got {fallback!r}")
         self.models, self.retries, self.backoff_s = list(models), int(retries), float(backoff_s)
-        self.breaker_failures, self.fallback, self.disagreement, self.max_tokens = int(breaker_failures), fallback, float(disagreement), int(max_tokens)
+        self.breaker_failures, self.fallback, self.disagreement, self.max_tokens = (
+            int(breaker_failures), fallback, float(disagreement), int(max_tokens))
         self.sleep, self.proxy, self._lock = sleep, GateProxyJudge(), threading.Lock()
         self.reset()
 
@@ -321,7 +333,8 @@ class OpenAIJudge(LLMJudge):
         super().__init__(models, **kw)
         self.base_url, self.api_key, self.timeout_s = base_url.rstrip("/"), api_key, float(timeout_s)
         host = urllib.parse.urlsplit(self.base_url).hostname or ""
-        local = host in ("localhost", "127.0.0.1", "::1")  # a local server is never reached through the environment's HTTP proxy
+        # a local server is never reached through the environment's HTTP proxy
+        local = host in ("localhost", "127.0.0.1", "::1")
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({} if local else None))
 
     def complete(self, model: str, messages: list[dict]) -> str:
@@ -345,9 +358,9 @@ class OpenAIJudge(LLMJudge):
 
 # %% ../../nbs/03_normalise_and_judge/02_judge.ipynb #3ea11aff
 class ScriptedChatServer:
-    """A chat-completions server on 127.0.0.1 for tests and demonstrations. `script(request_body) -> (status, content, delay_s)`:
-    a str `content` becomes the first choice's message text (status 200) or the body (other statuses); bytes are sent as
-    the raw body. Use as a context manager."""
+    """A chat-completions server on 127.0.0.1 for tests and demonstrations. `script(request_body) -> (status, content,
+    delay_s)`: a str `content` becomes the first choice's message text (status 200) or the body (other statuses); bytes
+    are sent as the raw body. Use as a context manager."""
     def __init__(self, script):
         self.script, self.requests, self.headers = script, [], []
         outer = self
@@ -363,7 +376,8 @@ class ScriptedChatServer:
                                                                                   "model": body.get("model"),
                                        "choices": [{"index": 0, "finish_reason": "stop",
                                                     "message": {"role": "assistant", "content": content}}],
-                                       "usage": {"prompt_tokens": 0, "completion_tokens": 0}}) if status == 200 else str(content)).encode()
+                                       "usage": {"prompt_tokens": 0, "completion_tokens": 0}}) if status == 200
+                                                                      else str(content)).encode()
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json"); self.send_header("Content-Length",
@@ -387,14 +401,16 @@ class ScriptedChatServer:
 
 
 def gullible_judge_script(body: dict):
-    "A judge that obeys the trajectory: 0.9 when it contains 'output 0.9', else a modest 0.5 (for demonstrations and tests)."
+    """A judge that obeys the trajectory: 0.9 when it contains 'output 0.9', else a modest 0.5
+    (for demonstrations and tests)."""
     prompt = body["messages"][-1]["content"]
     q = 0.9 if re.search(r"output 0\.9", prompt, re.I) else 0.5
     return 200, json.dumps({"reasoning_quality": q, "explanation": f"scripted: {q}"}), 0.0
 
 # %% ../../nbs/03_normalise_and_judge/02_judge.ipynb #3cf42ddf
 class TransformersJudge(LLMJudge):
-    "An LLM judge running a local `transformers` causal LM (a path / hub id loaded lazily, or a model object with its tokenizer)."
+    """An LLM judge running a local `transformers` causal LM (a path / hub id loaded lazily, or a model
+    object with its tokenizer)."""
     backend = "transformers"
     concurrency = 1  # one model in one process: requests are served one at a time
 
@@ -434,7 +450,8 @@ class TransformersJudge(LLMJudge):
         ids = enc["input_ids"]
         limit = getattr(model.config, "max_position_embeddings", None)
         if limit and ids.shape[1] + self.max_tokens > limit:
-            raise JudgeRequestError(f"a prompt of {ids.shape[1]} tokens plus {self.max_tokens} new ones exceeds {model_name}'s {limit}")
+            raise JudgeRequestError(f"a prompt of {ids.shape[1]} tokens plus {self.max_tokens} new ones exceeds "
+                                    f"{model_name}'s {limit}")
         dev = next(model.parameters()).device
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         try:
@@ -449,7 +466,8 @@ class TransformersJudge(LLMJudge):
 class JudgeSettings:
     "The `judge` section of a profile: the reasoning judge's backend and the model backends' machinery."
     backend: str = "openai"  # proxy | openai | transformers | none
-    models: list[str] = field(default_factory=lambda: ["Qwen/Qwen3-32B"])  # tried in order; SN15's primary until 30 April 2026
+    # tried in order; SN15's primary until 30 April 2026
+    models: list[str] = field(default_factory=lambda: ["Qwen/Qwen3-32B"])
     base_url: str = "http://127.0.0.1:8000/v1"  # an OpenAI-compatible endpoint (vllm serve ...)
     api_key_env: str = "JUDGE_API_KEY"  # the environment variable holding the key, if the endpoint needs one
     model_path: str | None = None  # the transformers backend's model folder (or hub id, if already cached)
@@ -465,7 +483,8 @@ class JudgeSettings:
 
 
 def make_judge(spec="proxy", settings: JudgeSettings | None = None) -> Judge | None:
-    "A Judge from a backend name ('proxy', 'openai', 'transformers', 'none') with `settings`, or `spec` itself if it is a Judge."
+    """A Judge from a backend name ('proxy', 'openai', 'transformers', 'none') with `settings`, or
+    `spec` itself if it is a Judge."""
     if isinstance(spec, Judge) or spec is None: return spec
     st = settings or JudgeSettings()
     kw = dict(retries=st.retries, backoff_s=st.backoff_s, breaker_failures=st.breaker_failures, fallback=st.fallback,

@@ -23,12 +23,14 @@ from itertools import chain, islice
 from pathlib import Path
 from ..core.ledger import Ledger
 from .judge import GateProxyJudge, make_judge
-from .readers import ProblemIndex, read_openai_row, read_sn15_dialogue, read_sn15_envelope, read_upstream_rollout, sandbox_tools
+from .readers import (ProblemIndex, read_openai_row, read_sn15_dialogue, read_sn15_envelope,
+                                        read_upstream_rollout, sandbox_tools)
 from .trajectory import FORMATS, Reject
 from ..core.run import ArenaFolder, TrajectoriesFolder
 
 # %% ../../nbs/03_normalise_and_judge/03_normalise.ipynb #54988c65
-MAX_RECORD_BYTES = 4_000_000  # about 40x the largest envelope the arena writes (a trace with every proxy response logged)
+# about 40x the largest envelope the arena writes (a trace with every proxy response logged)
+MAX_RECORD_BYTES = 4_000_000
 
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -68,7 +70,8 @@ def _open_binary(path):
 
 # %% ../../nbs/03_normalise_and_judge/03_normalise.ipynb #3263a3c7
 def iter_lines(path, max_record_bytes: int = MAX_RECORD_BYTES):
-    "(line number, bytes or Reject) for each non-blank line of a JSON-lines file, plain or gzipped; damage becomes one Reject."
+    """(line number, bytes or Reject) for each non-blank line of a JSON-lines file, plain or
+    gzipped; damage becomes one Reject."""
     n = 0
     try: f = _open_binary(path)
     except OSError as e:
@@ -93,7 +96,8 @@ def iter_lines(path, max_record_bytes: int = MAX_RECORD_BYTES):
             yield n + 1, Reject(reason, f"{type(e).__name__}: {e}")
 
 
-def _dumps_row(x) -> bytes: return json.dumps(x, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass")
+def _dumps_row(x) -> bytes:
+    return json.dumps(x, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass")
 
 
 def _looks_like_steps(x) -> bool:
@@ -109,7 +113,8 @@ def iter_records(path, max_record_bytes: int = MAX_RECORD_BYTES):
 
 # %% ../../nbs/03_normalise_and_judge/03_normalise.ipynb #3b82ef21
 def _records(path, max_record_bytes: int):
-    "`iter_records`, each record with a fourth item: whether orjson decoded it (then orjson may also write it, see `shard_line`)."
+    """`iter_records`, each record with a fourth item: whether orjson decoded it (then orjson may also
+    write it, see `shard_line`)."""
     p = str(path)
     if p.endswith(".parquet"):
         for n, raw, value in _parquet_records(p): yield n, raw, value, False
@@ -241,9 +246,11 @@ class _ShardOut:
 # %% ../../nbs/03_normalise_and_judge/03_normalise.ipynb #5041e47a
 def normalised_records(path, fmt: str = "auto", problems: ProblemIndex | None = None, judge=None,
                        max_record_bytes: int = MAX_RECORD_BYTES):
-    """(the file's format, the records of one trace file normalised): the records are a generator, so memory is one record
-    at a time, of (trajectory, its shard line as bytes, None) for each record read and (None, None, ledger entry) for each reject."""
-    if fmt != "auto" and fmt not in READERS: raise ValueError(f"unknown format {fmt!r}; formats: auto, {', '.join(READERS)}")
+    """(the file's format, the records of one trace file normalised): the records are a generator, so memory is one
+    record at a time, of (trajectory, its shard line as bytes, None) for each record read and (None, None,
+    ledger entry) for each reject."""
+    if fmt != "auto" and fmt not in READERS:
+        raise ValueError(f"unknown format {fmt!r}; formats: auto, {', '.join(READERS)}")
     file_fmt, records = _normalised_records(path, fmt, problems, judge, max_record_bytes)
     return file_fmt, (x[:3] for x in records)
 
@@ -276,16 +283,20 @@ def _normalised(path, records, fmt: str, file_fmt: str | None, problems, judge):
             if judge is not None: traj["meta"]["judge"] = judge.judge(traj)
             data = shard_line(traj, fast)
         except Reject as r:
-            yield None, None, ledger_entry(path, line, r.reason, r.step, r.detail, file_fmt, _record_id(value)), False; continue
+            yield None, None, ledger_entry(path, line, r.reason, r.step, r.detail, file_fmt, _record_id(value)), False
+            continue
         except UnicodeEncodeError as e:
-            yield None, None, ledger_entry(path, line, "invalid_unicode", None, f"{e.reason} at {e.start}", file_fmt), False; continue
+            yield None, None, ledger_entry(path, line, "invalid_unicode", None, f"{e.reason} at {e.start}",
+                                           file_fmt), False; continue
         except RecursionError:
-            yield None, None, ledger_entry(path, line, "invalid_json", None, "nested too deeply", file_fmt), False; continue
+            yield None, None, ledger_entry(path, line, "invalid_json", None, "nested too deeply", file_fmt), False
+            continue
         except Exception as e:  # a reader bug: recorded with where it happened, never fatal
             tb = e.__traceback__
             while tb.tb_next: tb = tb.tb_next
             where = f"{Path(tb.tb_frame.f_code.co_filename).name}:{tb.tb_lineno}"
-            yield None, None, ledger_entry(path, line, "reader_error", None, f"{type(e).__name__}: {e} ({where})", file_fmt), False; continue
+            yield None, None, ledger_entry(path, line, "reader_error", None, f"{type(e).__name__}: {e} ({where})",
+                                           file_fmt), False; continue
         yield traj, data, None, fast
 
 # %% ../../nbs/03_normalise_and_judge/03_normalise.ipynb #192d8ca9
@@ -293,11 +304,13 @@ def normalise_file(path, out_path, fmt: str = "auto", problems: ProblemIndex | N
                    max_record_bytes: int = MAX_RECORD_BYTES, compresslevel: int = 1, scanner=None) -> dict:
     """Normalise one trace file into one gzipped JSON-lines shard of canonical trajectories at `out_path`.
     Returns {file, shard, format, inputs, outputs, rejects (ledger entries), issues, judge (score counts), seconds}.
-    `scanner`, if given, is shown each trajectory written (`scanner.add(trajectory, fast)`, `fast`: orjson read it, see `shard_line`), in order: later work riding along."""
+    `scanner`, if given, is shown each trajectory written (`scanner.add(trajectory, fast)`, `fast`: orjson read it, see
+    `shard_line`), in order: later work riding along."""
     t0 = time.time()
     rejects, issues, scores = [], Counter(), Counter()
     n_in = n_out = 0
-    if fmt != "auto" and fmt not in READERS: raise ValueError(f"unknown format {fmt!r}; formats: auto, {', '.join(READERS)}")
+    if fmt != "auto" and fmt not in READERS:
+        raise ValueError(f"unknown format {fmt!r}; formats: auto, {', '.join(READERS)}")
     file_fmt, records = _normalised_records(path, fmt, problems, judge, max_record_bytes)
     out = _ShardOut(out_path, compresslevel)
     try:
@@ -345,7 +358,8 @@ class NormaliseSettings:
 TRACE_SUFFIXES = (".jsonl.gz", ".jsonl", ".json", ".gz", ".parquet", ".ndjson")
 
 def resolve_inputs(glob_or_paths) -> list[Path]:
-    "Input files from a glob, a folder (its trace files, recursively), a file, or a list of those; sorted, de-duplicated."
+    """Input files from a glob, a folder (its trace files, recursively), a file, or a list of
+    those; sorted, de-duplicated."""
     import glob as _glob
     items = [glob_or_paths] if isinstance(glob_or_paths, (str, os.PathLike)) else list(glob_or_paths)
     out = []
@@ -367,8 +381,9 @@ def resolve_inputs(glob_or_paths) -> list[Path]:
 
 
 def problems_source(files: list, problems="auto"):
-    """Where problem labels come from: `problems` itself (an index, a path, None), or (auto) the arena's problem bank (the
-    file `ArenaFolder` names `bank`) next to the first input or one folder up: a firehose sits in the arena's folder."""
+    """Where problem labels come from: `problems` itself (an index, a path, None), or (auto) the arena's problem bank
+    (the file `ArenaFolder` names `bank`) next to the first input or one folder up: a firehose
+    sits in the arena's folder."""
     if problems != "auto": return problems
     first = Path(files[0])
     return next((b for b in (ArenaFolder(first.parent).bank, ArenaFolder(first.parent.parent).bank) if b.is_file()),
@@ -396,7 +411,8 @@ def _set_worker(problems, judge, options: dict, scan=None):
 
 
 def _run_file(job: tuple) -> dict:
-    "Worker entry: (input path, output path) -> the file's report (with the riding scan's result under 'scan', if one rides)."
+    """Worker entry: (input path, output path) -> the file's report (with the riding scan's result
+    under 'scan', if one rides)."""
     src, dst = job
     o, scan = _WORKER["options"], _WORKER["scan"]
     scanner = scan.open(dst) if scan is not None else None
@@ -410,9 +426,10 @@ def _run_file(job: tuple) -> dict:
 
 
 def pool_map(fn, jobs: list, workers: int, initializer, initargs: tuple, costs: list | None = None):
-    """Results of `fn` over `jobs` in order: a process pool (forked where possible) when workers > 1 and there is more than
-    one job, else inline. With `costs` (a relative cost per job, e.g. its input's size) the pool starts the costliest jobs
-    first, so that the last ones to run, while the other workers may already be idle, are the cheapest."""
+    """Results of `fn` over `jobs` in order: a process pool (forked where possible) when workers > 1 and there is more
+    than one job, else inline. With `costs` (a relative cost per job, e.g. its input's size) the pool starts the
+    costliest jobs first, so that the last ones to run, while the other workers may
+    already be idle, are the cheapest."""
     import multiprocessing
     if workers <= 1 or len(jobs) <= 1:
         initializer(*initargs)
@@ -434,7 +451,8 @@ def _no_state(): "A pool initializer for functions that need no per-worker state
 
 def iter_trajectories(files: list, fmt: str = "auto", problems: ProblemIndex | None = None,
                       max_record_bytes: int = MAX_RECORD_BYTES):
-    "The canonical trajectories of `files`, unjudged, exactly as their shards will hold them (read back from the shard line), in order."
+    """The canonical trajectories of `files`, unjudged, exactly as their shards will hold them (read back
+    from the shard line), in order."""
     for path in files:
         for traj, data, _ in normalised_records(path, fmt, problems, None, max_record_bytes)[1]:
             if traj is not None: yield loads_line(data)
@@ -451,7 +469,8 @@ def shard_name(i: int) -> str:
 
 
 def _normalise_files(jobs: list, workers: int, state: tuple, progress: bool = True) -> tuple:
-    "(ledger, reports) of normalising `jobs` in order; a scan riding in the workers (`state[3]`) collects each shard's result."
+    """(ledger, reports) of normalising `jobs` in order; a scan riding in the workers (`state[3]`)
+    collects each shard's result."""
     from tqdm.auto import tqdm
     scan, ledger, reports = state[3], Ledger(), []
     bar = tqdm(total=len(jobs), unit="file", desc="normalise", disable=not progress)
@@ -468,7 +487,8 @@ def _normalise_files(jobs: list, workers: int, state: tuple, progress: bool = Tr
 
 
 def _judge_after(out: Path, judge, reports: list, progress: bool = True) -> dict:
-    "A model judge run over the written shards (`judge_shards`); each report takes its shard's scores and loses its shard check."
+    """A model judge run over the written shards (`judge_shards`); each report takes its shard's
+    scores and loses its shard check."""
     judge.reset()
     judge_summary = judge_shards(out, judge, progress=progress)
     for r in reports:
@@ -482,16 +502,16 @@ READER_VERSION = 2  # part of the fingerprint: bump when a reader's output chang
 def normalise_traces(glob_or_paths, out_dir, judge="proxy", workers: int = 2, format: str = "auto", problems="auto",
                      max_record_bytes: int = MAX_RECORD_BYTES, compresslevel: int = 1, judge_settings=None,
                      progress: bool = True, reuse: bool = True, scan=None) -> dict:
-    """Normalise trace files (a glob, folder, file or list) into `out_dir`: shards of canonical trajectories, `ledger.jsonl`
-    and `summary.json`; judge them (`judge`: 'proxy', 'openai', 'transformers', 'none', or a Judge). Returns the summary;
-    raises AccountingError if inputs != outputs + rejects.
+    """Normalise trace files (a glob, folder, file or list) into `out_dir`: shards of canonical trajectories,
+    `ledger.jsonl` and `summary.json`; judge them (`judge`: 'proxy', 'openai', 'transformers', 'none', or a Judge).
+    Returns the summary; raises AccountingError if inputs != outputs + rejects.
 
-    `scan`: later per-trajectory work that may ride along in the workers while each trajectory is in memory (chapter 04's
-    feature scan), so that the shards need not be read again. It rides only when the shards are written now (not reused)
-    and judged in the workers; the protocol: `scan.prepare(trajectories)` in the parent first (`trajectories()` iterates
-    the run's trajectories in shard order, unjudged, normalising the inputs from the first), `scan.open(shard path)` in a
-    worker for each file (an object with `add(trajectory, fast)`, `close() -> result`, `abort()`), and `scan.collect(shard name,
-    result)` in the parent, in shard order."""
+    `scan`: later per-trajectory work that may ride along in the workers while each trajectory is in memory (chapter
+    04's feature scan), so that the shards need not be read again. It rides only when the shards are written now (not
+    reused) and judged in the workers; the protocol: `scan.prepare(trajectories)` in the parent first (`trajectories()`
+    iterates the run's trajectories in shard order, unjudged, normalising the inputs from the first), `scan.open(shard
+    path)` in a worker for each file (an object with `add(trajectory, fast)`, `close() -> result`, `abort()`), and
+    `scan.collect(shard name, result)` in the parent, in shard order."""
     t0 = time.time()
     files = resolve_inputs(glob_or_paths)
     out = TrajectoriesFolder(Path(out_dir)).make()
@@ -499,7 +519,8 @@ def normalise_traces(glob_or_paths, out_dir, judge="proxy", workers: int = 2, fo
     jname = getattr(jd, "backend", "none") if jd is not None else "none"
     options = {"format": format, "max_record_bytes": int(max_record_bytes), "compresslevel": int(compresslevel)}
     psrc = problems_source(files, problems)
-    pstamp = (str(psrc), Path(psrc).stat().st_mtime_ns) if isinstance(psrc, (str, Path)) and Path(psrc).is_file() else str(type(psrc).__name__)
+    pstamp = ((str(psrc), Path(psrc).stat().st_mtime_ns) if isinstance(psrc, (str, Path)) and Path(psrc).is_file()
+              else str(type(psrc).__name__))
     fp = _fingerprint(files,
                       {**options, "judge": jname, "models": getattr(jd, "models", None), "problems": pstamp,
                        "reader": READER_VERSION})
@@ -508,7 +529,8 @@ def normalise_traces(glob_or_paths, out_dir, judge="proxy", workers: int = 2, fo
     index = find_problems(files, problems)
     sandbox_tools(False), sandbox_tools(True)  # computed once here, inherited by the workers
     in_workers = isinstance(jd, GateProxyJudge)
-    rides = scan is not None and (in_workers or jd is None)  # a model judge rewrites the shards afterwards: then nothing rides
+    # a model judge rewrites the shards afterwards: then nothing rides
+    rides = scan is not None and (in_workers or jd is None)
     if rides: scan.prepare(lambda: iter_trajectories(files, format, index, max_record_bytes))
     jobs = [(str(p), str(out.path / shard_name(i))) for i, p in enumerate(files)]
     for stale in out.path.glob("shard-*.jsonl.gz*"):
@@ -551,7 +573,8 @@ def _reusable(out: TrajectoriesFolder, fp: str) -> dict | None:
 
 # %% ../../nbs/03_normalise_and_judge/03_normalise.ipynb #4ce5ab89
 def judge_shards(out_dir, judge, progress: bool = True, batch: int = 256) -> dict:
-    "Judge every trajectory in the shards of `out_dir` in place; returns score and flag counts (total and per shard) and events."
+    """Judge every trajectory in the shards of `out_dir` in place; returns score and flag counts
+    (total and per shard) and events."""
     from tqdm.auto import tqdm
     scores, flags, per_shard = Counter(), Counter(), {}
     shards = sorted(Path(out_dir).glob("shard-*.jsonl.gz"))
@@ -610,9 +633,9 @@ def _trailer(path) -> dict | None:
 
 
 def check_accounts(out_dir, recount_inputs: bool = False, workers: int = 1, recount_outputs: bool = False) -> dict:
-    """Verify from disk that every input record of the run in `out_dir` is a trajectory or a ledger entry; returns the totals.
-    A shard's lines are the count made as it was compressed, where its gzip trailer still matches; shards without one, or
-    all with `recount_outputs`, are decompressed and counted by `workers` processes."""
+    """Verify from disk that every input record of the run in `out_dir` is a trajectory or a ledger entry; returns the
+    totals. A shard's lines are the count made as it was compressed, where its gzip trailer still matches; shards
+    without one, or all with `recount_outputs`, are decompressed and counted by `workers` processes."""
     out = Path(out_dir)
     s = json.loads(TrajectoriesFolder(out).summary.read_text())
     rejects = Counter()

@@ -17,7 +17,8 @@ def _ids_of(v) -> list[str]:
     return [x.strip() for x in str(v or "").split(",") if x.strip()]
 
 
-_SORTED_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False).encode  # = json.dumps(x, sort_keys=True, ensure_ascii=False), built once
+# = json.dumps(x, sort_keys=True, ensure_ascii=False), built once
+_SORTED_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False).encode
 
 sorted_ascii_json = json.JSONEncoder(sort_keys=True).encode  # = json.dumps(x, sort_keys=True)
 
@@ -29,7 +30,8 @@ def structure_signals(traj: dict) -> dict:
     msgs = [m for m in traj["messages"] if m["role"] == "assistant"]
     calls = [c for m in msgs for c in m["tool_calls"]]
     depth = sum(1 for m in msgs if m["tool_calls"] and m["reasoning_content"].strip())
-    queries = {" ".join(str(c["function"]["arguments"].get("q", "")).lower().split()) for c in calls if c["function"]["name"] == "find_product"}
+    queries = {" ".join(str(c["function"]["arguments"].get("q", "")).lower().split()) for c in calls
+               if c["function"]["name"] == "find_product"}
     viewed, verification = set(), 0.0
     for c in calls:
         name, args = c["function"]["name"], c["function"]["arguments"]
@@ -46,7 +48,8 @@ def structure_signals(traj: dict) -> dict:
 def structural_score(signals: dict, s: FilterSettings) -> float:
     "The weighted mean of the four signals in [0, 1] (see the table above)."
     parts = {"depth": min(signals["depth"], s.depth_cap) / s.depth_cap,
-             "reformulation": min(signals["reformulations"], s.reformulation_cap) / s.reformulation_cap if s.reformulation_cap else 0.0,
+             "reformulation": (min(signals["reformulations"], s.reformulation_cap) / s.reformulation_cap
+                               if s.reformulation_cap else 0.0),
              "verification": signals["verification"], "regularity": 1 - signals["repeats"] / max(1, signals["calls"])}
     unknown = set(s.weights) - set(parts)
     if unknown: raise ValueError(f"filter.weights: unknown signals {sorted(unknown)} (known: {', '.join(parts)})")

@@ -13,19 +13,22 @@ import os
 from functools import lru_cache
 from ..arena.envelope import render_content, tool_call_id
 from ..core.ledger import Ledger
-from .trajectory import ISSUE_CODES, Reject, assistant_message, make_tool_call, text_message, tool_message, trajectory_id
+from .trajectory import (ISSUE_CODES, Reject, assistant_message, make_tool_call, text_message,
+                                           tool_message, trajectory_id)
 from ..sandbox.tasks import load_tasks
 from ..sandbox.tools import HELPER_TOOL_NAMES, OroShoppingEnv, ShoppingEnv, tool_schemas
 
 # %% ../../nbs/03_normalise_and_judge/01_readers.ipynb #cf7bd735
 @lru_cache(maxsize=2)
 def sandbox_tools(oro: bool = False) -> tuple:
-    "The sandbox's tool schemas (chapter 01): the four tools, or ORO's seven-tool harness. Cached: it imports transformers once."
+    """The sandbox's tool schemas (chapter 01): the four tools, or ORO's seven-tool harness. Cached:
+    it imports transformers once."""
     return tuple(json.dumps(s) for s in tool_schemas(OroShoppingEnv if oro else ShoppingEnv))
 
 
 def tools_for(names) -> list[dict]:
-    "Fresh copies of the sandbox schemas that cover the tool `names` a trajectory calls (ORO's seven if it used a helper)."
+    """Fresh copies of the sandbox schemas that cover the tool `names` a trajectory calls (ORO's
+    seven if it used a helper)."""
     return [json.loads(s) for s in sandbox_tools(bool(set(names) & set(HELPER_TOOL_NAMES)))]
 
 
@@ -45,7 +48,8 @@ def result_text(value) -> str:
 
 
 def opt_str(v) -> str | None:
-    "An identifier field: None, a string, or anything else as its JSON text (so the schema's `str | None` always holds)."
+    """An identifier field: None, a string, or anything else as its JSON text (so the schema's
+    `str | None` always holds)."""
     return v if v is None or isinstance(v, str) else json.dumps(v, ensure_ascii=False)
 
 
@@ -200,8 +204,8 @@ def sn15_steps(b: TrajectoryBuilder, dialogue: list, problem_id: str | None) -> 
 _TASK_FILES = {}
 
 def load_task_file(path) -> list[dict]:
-    """Chapter 01's `load_tasks(path)`, unreadable problems going to a ledger nobody needs (they only cost labels), kept per
-    process for the file's path, size and modification time: a corpus run reads its bank twice (chapter 03's labels,
+    """Chapter 01's `load_tasks(path)`, unreadable problems going to a ledger nobody needs (they only cost labels), kept
+    per process for the file's path, size and modification time: a corpus run reads its bank twice (chapter 03's labels,
     chapter 04's gold answers) and validating it costs seconds. Callers must not modify what it returns."""
     try: st = os.stat(path)
     except OSError: return load_tasks(path, ledger=Ledger())  # its error names the problem
@@ -224,7 +228,8 @@ class ProblemIndex:
 
     @classmethod
     def from_file(cls, path) -> "ProblemIndex":
-        "Problems of a bank or task file, read by chapter 01's `load_tasks` (the arena's bank.jsonl, ShoppingBench JSONL, SN15 suites)."
+        """Problems of a bank or task file, read by chapter 01's `load_tasks` (the arena's bank.jsonl,
+        ShoppingBench JSONL, SN15 suites)."""
         return cls(load_task_file(path))
 
     def __len__(self): return len(self.by_id)
@@ -289,7 +294,9 @@ def read_sn15_dialogue(steps, file, line: int, raw: bytes, problems: ProblemInde
                   problems.category(pid) if problems and pid else None, tools_for(b.names))
 
 # %% ../../nbs/03_normalise_and_judge/01_readers.ipynb #6fc2dd08
-_UP_STEP, _UP_COMPLETION, _UP_MESSAGE = ("prompt", "completion", "extra_info"), ("reasoning_content", "content", "message"), ("think", "tool_call", "obs", "response")
+_UP_STEP, _UP_COMPLETION, _UP_MESSAGE = (("prompt", "completion", "extra_info"),
+                                         ("reasoning_content", "content", "message"),
+                                         ("think", "tool_call", "obs", "response"))
 
 def _strip_think_tags(text: str) -> str: return text.replace("<think>", "").replace("</think>", "").strip()
 
@@ -300,7 +307,8 @@ def _upstream_calls(b: TrajectoryBuilder, msg: dict, i: int) -> tuple:
     obs = _list(msg.get("obs"), "completion.message.obs", i)
     by_id, loose = {}, []
     for o in obs:
-        if isinstance(o, dict) and isinstance(o.get("tool_call_id"), str): by_id.setdefault(o["tool_call_id"], []).append(o.get("results"))
+        if isinstance(o, dict) and isinstance(o.get("tool_call_id"), str):
+            by_id.setdefault(o["tool_call_id"], []).append(o.get("results"))
         else: loose.append(o.get("results") if isinstance(o, dict) else o)
     calls, results = [], []
     for j, c in enumerate(_list(msg.get("tool_call"), "completion.message.tool_call", i)):
@@ -309,7 +317,8 @@ def _upstream_calls(b: TrajectoryBuilder, msg: dict, i: int) -> tuple:
         if not isinstance(name, str) or not name: raise Reject("missing_field" if name is None else "wrong_type",
                                                                _where("tool_call", j) + ".name", i)
         src_id = c.get("tool_call_id")
-        if src_id is not None and not (isinstance(src_id, str) and src_id): raise Reject("wrong_type", _where("tool_call", j) + ".tool_call_id", i)
+        if src_id is not None and not (isinstance(src_id, str) and src_id):
+            raise Reject("wrong_type", _where("tool_call", j) + ".tool_call_id", i)
         args = b.arguments(c.get("parameters"), i, j)
         cid = b.unique_id(src_id or tool_call_id(name, c.get("parameters")), i)
         calls.append(make_tool_call(cid, name, args))
@@ -320,7 +329,8 @@ def _upstream_calls(b: TrajectoryBuilder, msg: dict, i: int) -> tuple:
 
 # %% ../../nbs/03_normalise_and_judge/01_readers.ipynb #e6d7e8ea
 def _upstream_step(b: TrajectoryBuilder, i: int, st: dict):
-    "Add upstream step `i` to `b`: its assistant turn, the tool messages, its `meta.steps` entry; returns the query the step names."
+    """Add upstream step `i` to `b`: its assistant turn, the tool messages, its `meta.steps` entry;
+    returns the query the step names."""
     comp = _dict(st.get("completion"), "completion", i)
     msg = _dict(comp.get("message"), "completion.message", i, required=False)
     info = _dict(st.get("extra_info"), "extra_info", i, required=False)
@@ -411,7 +421,8 @@ def nested_tool(t, b: TrajectoryBuilder) -> dict | None:
         if isinstance(f.get("name"), str) and f["name"]:
             params = f.get("parameters")
             return {"type": "function", "function": {**leftover(f, ("name", "description", "parameters", "type")),
-                                                      "name": f["name"], "description": f.get("description") if isinstance(f.get("description"), str) else "",
+                                                      "name": f["name"], "description": f.get("description")
+                                                     if isinstance(f.get("description"), str) else "",
                                                       "parameters": params if isinstance(params, dict) else {"type": "object", "properties": {}}}}
     b.issue("invalid_tool_schema", None, json.dumps(t, ensure_ascii=False)[:300])
     return None
@@ -433,7 +444,8 @@ def _openai_call(c, b: TrajectoryBuilder, i: int, j: int) -> dict:
 
 # %% ../../nbs/03_normalise_and_judge/01_readers.ipynb #1862ea3e
 def _openai_assistant(b: TrajectoryBuilder, m: dict, content: str, i: int, step: int, pending: list) -> list:
-    "Add one assistant message (thinking as a field, or split off `content` as Qwen3's template does); returns its calls, the new pending ones."
+    """Add one assistant message (thinking as a field, or split off `content` as Qwen3's template does); returns its
+    calls, the new pending ones."""
     reasoning = next((m[k] for k in ("reasoning_content", "reasoning", "thinking") if m.get(k) is not None), None)
     if reasoning is None and "</think>" in content: reasoning, content = split_think(content)
     reasoning = as_text(reasoning, _where("messages", i) + ".reasoning_content", i)
@@ -448,7 +460,8 @@ def _openai_assistant(b: TrajectoryBuilder, m: dict, content: str, i: int, step:
 
 
 def _openai_tool(b: TrajectoryBuilder, m: dict, content: str, i: int, pending: list) -> None:
-    "Add one tool result, answering the pending call it names (the first pending one when it names none), which stops being pending."
+    """Add one tool result, answering the pending call it names (the first pending one when it names
+    none), which stops being pending."""
     cid, name = m.get("tool_call_id"), m.get("name")
     if cid is not None and not isinstance(cid, str): raise Reject("wrong_type", _where("messages", i) + ".tool_call_id",
                                                                   i)
@@ -463,7 +476,8 @@ def _openai_tool(b: TrajectoryBuilder, m: dict, content: str, i: int, pending: l
 
 
 def _openai_turns(b: TrajectoryBuilder, msgs: list) -> dict:
-    "Add an OpenAI row's messages to `b`; returns the keys of its system, user and tool messages the format does not name."
+    """Add an OpenAI row's messages to `b`; returns the keys of its system, user and tool
+    messages the format does not name."""
     pending, step, msg_extra = [], 0, {}
     for i, m in enumerate(msgs):
         m = _dict(m, _where("messages", i), i)
@@ -505,7 +519,8 @@ def read_openai_row(row, file, line: int, raw: bytes, problems: ProblemIndex | N
     if "messages" not in row: raise Reject("missing_field", "messages")
     b = TrajectoryBuilder()
     msg_extra = _openai_turns(b, _list(_maybe_json(row["messages"], "messages"), "messages", None))
-    if b.messages and {m["role"] for m in b.messages} <= {"system", "user"}:  # a prompt with no agent turn: nothing to learn from, ledgered
+    # a prompt with no agent turn: nothing to learn from, ledgered
+    if b.messages and {m["role"] for m in b.messages} <= {"system", "user"}:
         raise Reject("prompt_only",
                      f"{len(b.messages)} message(s), no agent turn: {', '.join(m['role'] for m in b.messages)}")
     raw_tools = _maybe_json(row.get("tools"), "tools")
@@ -522,7 +537,8 @@ def read_openai_row(row, file, line: int, raw: bytes, problems: ProblemIndex | N
     pid = row.get("problem_id")
     if pid is not None and not isinstance(pid, str): pid = str(pid)
     if pid is None and problems: pid = problems.problem_id(query)
-    cat = row.get("category") if isinstance(row.get("category"), str) else (problems.category(pid) if problems and pid else None)
+    cat = (row.get("category") if isinstance(row.get("category"), str)
+           else (problems.category(pid) if problems and pid else None))
     meta = _openai_meta(row, file, line)
     if msg_extra: meta["message_extra"] = msg_extra  # keys of system, user and tool messages the format does not name
     return finish(b, meta, trajectory_id(file, line, raw), pid, query, cat, tools)

@@ -33,7 +33,8 @@ def problem_key(problem_id, query: str) -> str:
 
 
 def load_bank(path) -> dict:
-    "Problem id -> problem (query, category, reward, voucher) of a bank or task file (chapter 01's `load_tasks`, via chapter 03's `load_task_file`)."
+    """Problem id -> problem (query, category, reward, voucher) of a bank or task file (chapter 01's `load_tasks`, via
+    chapter 03's `load_task_file`)."""
     return {p["id"]: p for p in load_task_file(path)}
 
 
@@ -53,15 +54,16 @@ def problems_present(rows, bank: dict | None = None) -> list[dict]:
 
 def problem_clusters(problems: list[dict], settings=None, answers: dict | None = None) -> dict:
     """Problem id -> leak-cluster label: chapter 00's `leak_clusters` with `settings` (its ClusterSettings); problems of
-    unknown category (outside the bank) also compared by text with every category; then clusters joined when two problems
-    share a product in `answers` (problem id -> ids its successful traces recommended)."""
+    unknown category (outside the bank) also compared by text with every category; then clusters joined when two
+    problems share a product in `answers` (problem id -> ids its successful traces recommended)."""
     kw = asdict(settings) if settings is not None else {}
     labels = leak_clusters(problems, **kw)
     sets, first, owner = DisjointSet(range(len(problems))), {}, {}
     for i, c in enumerate(labels):
         if c in first: sets.merge(first[c], i)
         else: first[c] = i
-    if any(p.get("category") is None for p in problems):  # chapter 00 compares texts within a category; an unknown one could be any
+    # chapter 00 compares texts within a category; an unknown one could be any
+    if any(p.get("category") is None for p in problems):
         text_kw = {k: v for k, v in kw.items() if k in ("similarity", "similarity_no_numbers", "lsh_threshold",
                                                         "content_df", "min_df", "num_perm", "seed")}
         for i, j, _ in similar_text_pairs([p["query"] for p in problems], **text_kw):
@@ -117,7 +119,8 @@ def ngrams(text: str, n: int = 8) -> set:
 
 
 def ngram_overlap(train_queries: list[str], eval_queries: list[str], n: int = 8):
-    "Per distinct evaluation query: its n-gram containment in the training queries and the training query sharing most (a DataFrame)."
+    """Per distinct evaluation query: its n-gram containment in the training queries and the training query
+    sharing most (a DataFrame)."""
     import pandas as pd
     owners = defaultdict(set)
     train = sorted(set(train_queries))
@@ -136,7 +139,8 @@ def ngram_overlap(train_queries: list[str], eval_queries: list[str], n: int = 8)
 
 
 def paraphrase(problem: dict, seed: int = 0) -> str:
-    "A rewording of a problem's query as the bank's variants word it: synonyms swapped (constraint values kept), line breaks toggled."
+    """A rewording of a problem's query as the bank's variants word it: synonyms swapped (constraint values
+    kept), line breaks toggled."""
     rng = np.random.default_rng(seed)
     q = problem["query"]
     return toggle_line_breaks(swap_synonyms(q, rng, protected_spans(q, golds_of(problem), problem.get("voucher")),

@@ -18,16 +18,19 @@ QWEN_SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
 QWEN_ADDED = ("<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
 
-QWEN_PRETOKENIZE = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+QWEN_PRETOKENIZE = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
+                    r"""\s*[\r\n]+|\s+(?!\S)|\s+""")
 
 # Qwen's split on ASCII text, in Python's `re`: letters are [A-Za-z], digits [0-9], and re.ASCII's \s is exactly the
 # ASCII part of Unicode White_Space ([ \t\n\v\f\r]), so on ASCII text it cuts exactly where QWEN_PRETOKENIZE does
 # (both engines take the first alternative that matches, greedily). Every character is matched by some alternative.
-_ASCII_PRETOKENIZE = re.compile(r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\nA-Za-z0-9]?[A-Za-z]+|[0-9]| ?[^\sA-Za-z0-9]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""",
+_ASCII_PRETOKENIZE = re.compile(r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\nA-Za-z0-9]?[A-Za-z]+|[0-9]|"""
+                                r""" ?[^\sA-Za-z0-9]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""",
                                 re.ASCII)
 
 def _byte_level_ascii() -> dict:
-    "ByteLevel's byte -> character table for the 128 ASCII bytes (GPT-2's: printable bytes stay, the rest move to 256 + k)."
+    """ByteLevel's byte -> character table for the 128 ASCII bytes (GPT-2's: printable bytes
+    stay, the rest move to 256 + k)."""
     keep = set(range(ord("!"), ord("~") + 1))
     out, k = {}, 0
     for b in range(256):
@@ -38,8 +41,9 @@ def _byte_level_ascii() -> dict:
 
 
 def _ascii_model(tokenizer):
-    """The BPE model of `tokenizer` when its pipeline on ASCII text is Qwen's (no normalizer or NFC; the QWEN_PRETOKENIZE
-    split, isolated; byte-level without its own regex; BPE without dropout or byte fallback), else None."""
+    """The BPE model of `tokenizer` when its pipeline on ASCII text is Qwen's (no normalizer or NFC; the
+    QWEN_PRETOKENIZE split, isolated; byte-level without its own regex; BPE without dropout
+    or byte fallback), else None."""
     try: cfg = json.loads(tokenizer.to_str())
     except Exception: return None
     norm, pre, model = cfg.get("normalizer"), cfg.get("pre_tokenizer") or {}, cfg.get("model") or {}
@@ -47,7 +51,8 @@ def _ascii_model(tokenizer):
     ok = (norm is None or norm.get("type") == "NFC") and steps is not None and len(steps) == 2 \
         and steps[0] == {"type": "Split", "pattern": {"Regex": QWEN_PRETOKENIZE}, "behavior": "Isolated",
                          "invert": False} \
-        and steps[1].get("type") == "ByteLevel" and steps[1].get("use_regex") is False and not steps[1].get("add_prefix_space") \
+        and steps[1].get("type") == "ByteLevel" and steps[1].get("use_regex") is False and not steps[1].get(
+            "add_prefix_space") \
         and model.get("type") == "BPE" and model.get("dropout") is None and not model.get("byte_fallback") \
         and not model.get("continuing_subword_prefix") and not model.get("end_of_word_suffix")
     return tokenizer.model if ok else None
@@ -81,7 +86,8 @@ class TokenCounter:
                     if p.isascii(): self.memo[p] = self._count_ascii(p)
                 todo = [p for p in todo if p not in self.memo]
             if todo:
-                encode = getattr(self.tok, "encode_batch_fast", self.tok.encode_batch)  # without offsets, which a count does not need
+                # without offsets, which a count does not need
+                encode = getattr(self.tok, "encode_batch_fast", self.tok.encode_batch)
                 for p, e in zip(todo, encode(todo, add_special_tokens=False)): self.memo[p] = len(e.ids)
         return n + sum(self.memo[p] for p in spans)
 
@@ -109,7 +115,8 @@ def describe(self: TokenCounter) -> str:
 
 # %% ../../nbs/04_structural_filter/02_tokens.ipynb #2f7f4bfe
 def train_bpe(texts, vocab_size: int = 8000):
-    "A byte-level BPE (`tokenizers.Tokenizer`) trained on `texts`, with Qwen's special and added tokens and its digit-by-digit split."
+    """A byte-level BPE (`tokenizers.Tokenizer`) trained on `texts`, with Qwen's special and added tokens
+    and its digit-by-digit split."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN_PRETOKENIZE), behavior="isolated"),
@@ -123,8 +130,8 @@ def train_bpe(texts, vocab_size: int = 8000):
 
 # %% ../../nbs/04_structural_filter/02_tokens.ipynb #b426084e
 def load_counter(spec: str, folder=None) -> TokenCounter:
-    """A TokenCounter for the `filter.tokenizer` setting: 'chars/4' (proxy), 'bpe' (the tokenizer.json a run trained into
-    `folder`), or a hub id / folder of a `transformers` tokenizer (the model's own)."""
+    """A TokenCounter for the `filter.tokenizer` setting: 'chars/4' (proxy), 'bpe' (the tokenizer.json a run trained
+    into `folder`), or a hub id / folder of a `transformers` tokenizer (the model's own)."""
     if spec == "chars/4": return TokenCounter(None, "chars/4")
     if spec == "bpe":
         from tokenizers import Tokenizer
@@ -136,6 +143,7 @@ def load_counter(spec: str, folder=None) -> TokenCounter:
         from transformers import AutoTokenizer
         tok = AutoTokenizer.from_pretrained(spec)
     except Exception as e:
-        raise FileNotFoundError(f"tokenizer {spec!r} cannot be loaded ({type(e).__name__}); set filter.tokenizer to a local folder, "
+        raise FileNotFoundError(f"tokenizer {spec!r} cannot be loaded ({type(e).__name__}); set filter.tokenizer to "
+                                "a local folder, "
                                 "'bpe' (trained offline on the traces) or 'chars/4' (a proxy)") from None
     return TokenCounter(tok.backend_tokenizer, spec)

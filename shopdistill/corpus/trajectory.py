@@ -68,7 +68,8 @@ ISSUE_CODES = {
 }
 
 class Reject(Exception):
-    "A record that cannot become a trajectory: `reason` (a key of REJECT_REASONS), `detail`, and the `step` where it was found."
+    """A record that cannot become a trajectory: `reason` (a key of REJECT_REASONS), `detail`, and
+    the `step` where it was found."""
     def __init__(self, reason: str, detail: str = "", step: int | None = None):
         assert reason in REJECT_REASONS, reason
         super().__init__(f"{reason}: {detail}" if detail else reason)
@@ -97,7 +98,8 @@ def tool_message(call_id: str, name: str, content: str) -> dict:
 
 
 def trajectory_id(file, line: int, raw: bytes) -> str:
-    "Stable id: SHA-1 over the file's name (not its folder: a moved run keeps its ids), the record number and the record's bytes."
+    """Stable id: SHA-1 over the file's name (not its folder: a moved run keeps its ids), the record
+    number and the record's bytes."""
     h = hashlib.sha1(f"{os.path.basename(str(file))}\n{line}\n".encode())
     h.update(raw)
     return h.hexdigest()[:20]
@@ -150,7 +152,8 @@ TRAJECTORY_SCHEMA = {
                                           "items": {"type": "object", "required": ["step", "message_index"]}},
                                 "issues": {"type": "array", "items": {"type": "object",
                                                                       "required": ["code", "step", "detail"],
-                                                                      "properties": {"code": {"enum": list(ISSUE_CODES)}}}}}}}}
+                                                                      "properties": {
+                                                                          "code": {"enum": list(ISSUE_CODES)}}}}}}}}
 
 @lru_cache(maxsize=1)
 def trajectory_validator():

@@ -76,10 +76,11 @@ def similar_text_pairs(texts: Sequence[str], similarity: float = 0.3, similarity
 def leak_clusters(problems: Sequence[dict], use_text: bool = True, use_reward: bool = True, guard: bool = True,
                   similarity: float = 0.3, similarity_no_numbers: float = 0.5, lsh_threshold: float = 0.2,
                   content_df: float = 0.05, min_df: int = 20, num_perm: int = 128, seed: int = 1) -> list[int]:
-    """A leak-cluster label per problem, from the problems alone (query, category, reward, voucher; `extra` is not read).
+    """A leak-cluster label per problem, from the problems alone (query, category, reward,
+    voucher; `extra` is not read).
 
-    Union-find (`DisjointSet`) over: identical normalised text; with `use_reward`, a shared gold product id and an identical
-    constraint tuple; with `use_text`, similar text of the same category (`similar_text_pairs`), rejected when
+    Union-find (`DisjointSet`) over: identical normalised text; with `use_reward`, a shared gold product id and an
+    identical constraint tuple; with `use_text`, similar text of the same category (`similar_text_pairs`), rejected when
     `guard` is on and both problems carry gold with no product in common. Labels are 0, 1, ... in order of first
     appearance."""
     n = len(problems)
@@ -128,7 +129,8 @@ def pairwise_scores(predicted: Sequence, truth: Sequence) -> dict:
 # %% ../../nbs/00_arena_mechanics/03_leak_clusters.ipynb #ba03933d
 def shingle_clusters(problems: Sequence[dict], threshold: float = 0.5, n: int = 3, num_perm: int = 128,
                      seed: int = 1) -> list[int]:
-    "The baseline: plain MinHash near-duplicates (Jaccard >= `threshold`) of the queries' word `n`-gram shingles, joined by union-find."
+    """The baseline: plain MinHash near-duplicates (Jaccard >= `threshold`) of the queries' word `n`-gram
+    shingles, joined by union-find."""
     sets = [{" ".join(w[i:i + n]) for i in range(max(1, len(w) - n + 1))}
             for w in (normalise_text(p["query"]).split() for p in problems)]
     sigs = MinHash.bulk([[s.encode() for s in sorted(x)] for x in sets], num_perm=num_perm, seed=seed)
@@ -143,7 +145,8 @@ def shingle_clusters(problems: Sequence[dict], threshold: float = 0.5, n: int = 
 METHOD = "rewards + text (the method)"
 
 def cluster_ablation(problems: Sequence[dict], settings: ClusterSettings) -> dict[str, list[int]]:
-    "Labels of the method and of four ablations: rewards alone, no guard, text alone on problems stripped of gold, and the shingle baseline."
+    """Labels of the method and of four ablations: rewards alone, no guard, text alone on problems stripped of
+    gold, and the shingle baseline."""
     kw = asdict(settings)
     stripped = [strip_gold(p) for p in problems]
     return {METHOD: leak_clusters(problems, **kw),

@@ -24,7 +24,8 @@ VARIANT_KINDS = ("original", "paraphrase", "reordered", "synonyms", "line_breaks
 TASK_CATEGORIES = ("product", "shop", "voucher")
 
 def golds_of(problem: dict) -> list[dict]:
-    "The gold dicts of a problem as a list (a product problem has one dict, shop and voucher problems a list); [] when stripped."
+    """The gold dicts of a problem as a list (a product problem has one dict, shop and voucher
+    problems a list); [] when stripped."""
     r = problem.get("reward")
     if not r: return []
     return [r] if isinstance(r, dict) else list(r)
@@ -294,7 +295,8 @@ def catalog_index(catalog) -> tuple[dict, dict, dict]:
 
 
 def _price_like(mode: str, price: float, rng) -> list | None:
-    "Bounds of price mode `mode` that strictly contain `price`, drawn as upstream draws them; None if the price is too low."
+    """Bounds of price mode `mode` that strictly contain `price`, drawn as upstream draws them;
+    None if the price is too low."""
     p = int(price)
     if p < 2: return None
     lo = int(price - int(rng.integers(1, p))) if mode in ("greater than", "between") else 0
@@ -327,7 +329,8 @@ def adapt_gold(gold: dict, product: dict, rng) -> dict | None:
 
 
 def adapt_voucher(voucher: dict, total: float, rng) -> dict:
-    "The same voucher terms for products totalling `total`: the price after the voucher and the budget follow upstream's rules."
+    """The same voucher terms for products totalling `total`: the price after the voucher and the
+    budget follow upstream's rules."""
     v = dict(voucher)
     applies = total >= v["threshold"]
     if not applies: after = total
@@ -340,7 +343,8 @@ def adapt_voucher(voucher: dict, total: float, rng) -> dict:
 # %% ../../nbs/00_arena_mechanics/01_paraphrase.ipynb #6e9ff754
 def sibling_task(task: dict, index: tuple, used: set, rng, tries: int = 40) -> dict | None:
     """A different specification from the same template as `task`: each gold product replaced by an unused product of
-    the same leaf (same shop when the problem asks for one shop) with the same constraint keys. None when there is none."""
+    the same leaf (same shop when the problem asks for one shop) with the same constraint
+    keys. None when there is none."""
     by_id, by_leaf, by_shop_leaf = index
     golds = golds_of(task)
     products = [by_id.get(str(g["product_id"])) for g in golds]
@@ -382,7 +386,8 @@ def _gold_tuple(g: dict) -> tuple:
 
 
 def constraint_key(problem: dict) -> str | None:
-    "A hash of the problem's specification: its gold dicts as order-free constraint tuples plus the voucher terms; None without gold."
+    """A hash of the problem's specification: its gold dicts as order-free constraint tuples plus the
+    voucher terms; None without gold."""
     golds = golds_of(problem)
     if not golds: return None
     v = problem.get("voucher") or {}

@@ -71,7 +71,8 @@ def _one_per_cluster(candidates: list[int], labels: Sequence, k: int) -> list[in
 
 def public_suite(problems: Sequence[dict], pools: Sequence[str], labels: Sequence, version: int, per_category: int = 10,
                  seed: int = 0) -> dict:
-    "Public suite `version`: `per_category` open-pool problems of each category, one per cluster, drawn by (`seed`, `version`)."
+    """Public suite `version`: `per_category` open-pool problems of each category, one per cluster,
+    drawn by (`seed`, `version`)."""
     rng = np.random.default_rng([seed, version])
     chosen = []
     for cat in TASK_CATEGORIES:

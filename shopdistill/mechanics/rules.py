@@ -207,7 +207,8 @@ def judge_coefficient(mean_quality: float) -> float:
 
 
 def final_score(success_rate: float, qualities: Sequence[float]) -> float:
-    "The blended race score: success_rate · judge_coefficient(mean of the per-problem reasoning qualities), to 4 places."
+    """The blended race score: success_rate · judge_coefficient(mean of the per-problem
+    reasoning qualities), to 4 places."""
     if not 0 <= success_rate <= 1: raise ValueError(f"final_score: success rate must be in [0, 1], got {success_rate}")
     if len(qualities) == 0: raise ValueError("final_score: no reasoning qualities (the judge scored no problem)")
     return round(success_rate * judge_coefficient(float(np.mean(qualities))), 4)

@@ -162,7 +162,8 @@ def _doctor(args) -> int:
 
 # %% ../../nbs/99_reproduce/03_cli.ipynb #29b89690
 def _grouped(lines: list[str]) -> list[str]:
-    "`check_published`'s lines with the notebooks that would run again for one reason said once (a changed setting reruns them all)."
+    """`check_published`'s lines with the notebooks that would run again for one reason said once (a
+    changed setting reruns them all)."""
     out, stale = [], {}
     for line in lines:
         name, sep, why = line.partition(": would run again: ")
@@ -239,4 +240,5 @@ def main(argv=None) -> int:
         return 2 if isinstance(e, UsageError) else 1
 
 # %% ../../nbs/99_reproduce/03_cli.ipynb #78c1d550
-if __name__ == "__main__": sys.exit(main())  # `python -m shopdistill.reproduce.cli`, for environments without the console script
+# `python -m shopdistill.reproduce.cli`, for environments without the console script
+if __name__ == "__main__": sys.exit(main())

@@ -29,7 +29,8 @@ GPU_CHOICES = ("auto", "required", "not_required")
 
 @dataclass(frozen=True)
 class PreflightSettings:
-    "The `preflight` section: what `shopdistill doctor` requires of a machine (and `reproduce`, `train --stage` before any work)."
+    """The `preflight` section: what `shopdistill doctor` requires of a machine (and `reproduce`,
+    `train --stage` before any work)."""
     # auto: required when the settings need one (`gpu_needed`) | required | not_required (a CPU copy of a GPU profile)
     gpu: str = "auto"
     min_gpus: int = 1  # CUDA devices this process must see
@@ -56,7 +57,8 @@ def _row(name: str, ok, detail: str, fix: str = "") -> dict:
 
 
 def _model_row(what: str, spec: str) -> dict:
-    "Whether the model `spec` named by setting(s) `what` can be loaded here: a packaged base, a local folder, or a hub id (cached, or the hub reachable)."
+    """Whether the model `spec` named by setting(s) `what` can be loaded here: a packaged base, a local folder, or a hub
+    id (cached, or the hub reachable)."""
     if spec in BASES:
         folder = base_folder(spec)
         if (folder / "config.json").is_file(): return _row(what, True, f"packaged base {spec} in {folder}")
@@ -185,7 +187,8 @@ def _disk_row(ps: PreflightSettings, run: Run) -> dict:
 def preflight(ps: PreflightSettings, *, train, grpo: GrpoSettings, catalog: CatalogSettings, tasks: TaskSettings,
               scoring: ScoringSettings,
               normalise: NormaliseSettings, judge: JudgeSettings, filtering: FilterSettings, run: Run) -> list[dict]:
-    "Every check of a profile's sections against this machine, in one list of rows (`ok`: True, False for a problem, None skipped)."
+    """Every check of a profile's sections against this machine, in one list of rows (`ok`: True, False
+    for a problem, None skipped)."""
     why = gpu_needed(ps, train, grpo)
     uses = [s for s, on in (("train.rollout.backend: vllm", train.rollout.backend == "vllm"),
                             ("grpo.use_vllm", grpo.use_vllm)) if on]

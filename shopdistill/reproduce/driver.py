@@ -23,7 +23,7 @@ import yaml
 
 from ..core.files import write_json
 from ..core.provenance import changed_files, folder_hashes, machine
-from ..core.run import (CHAPTER_KEY_ENV, GeneratedFolder, Run, is_profile_path, figures_dir, generated_dir,
+from ..core.run import (CHAPTER_KEY_ENV, shown_path, GeneratedFolder, Run, is_profile_path, figures_dir, generated_dir,
                                   repo_root, runs_root as default_runs_root)
 from .settings import load_config, profile_path
 from .doctor import gpu_needed, preflight, preflight_report
@@ -60,7 +60,8 @@ def notebook_name(path) -> str:
 
 # %% ../../nbs/99_reproduce/02_driver.ipynb #f1d805ef
 def notebook_matches(name: str, wanted: str) -> bool:
-    "Does notebook `name` belong to `wanted`: a chapter number (`05`), a chapter (`05_supervised_stack`) or the notebook itself?"
+    """Does notebook `name` belong to `wanted`: a chapter number (`05`), a chapter
+    (`05_supervised_stack`) or the notebook itself?"""
     chapter = name.split("/")[0]
     return wanted in (name, chapter, chapter.split("_")[0], name.split("/")[-1])
 
@@ -105,7 +106,8 @@ def _as_raw(cell):
 
 
 def prepare_notebook(src, dest, flags=(), skip=None) -> int:
-    "Write to `dest` notebook `src` with the code cells `nbdev-test` would skip (given `skip` flags, forcing `flags`) made raw; returns how many."
+    """Write to `dest` notebook `src` with the code cells `nbdev-test` would skip (given `skip` flags, forcing `flags`)
+    made raw; returns how many."""
     from nbdev.test import nb_test_cells
     src, dest = Path(src), Path(dest)
     skip = skip_flags(src.parent) if skip is None else list(skip)
@@ -144,8 +146,9 @@ def package_versions() -> dict:
 
 
 def chapter_inputs(chapters, config_digest: str, flags=(), skip=(), version=None) -> dict:
-    """For each notebook (by name): the parts of its cache key and the `key` itself, chained through the notebooks before it.
-    `config_digest` is the profile's `Settings.digest()`: its effective settings, not the bytes of its files."""
+    """For each notebook (by name): the parts of its cache key and the `key` itself, chained through the notebooks
+    before it. `config_digest` is the profile's `Settings.digest()`: its effective settings,
+    not the bytes of its files."""
     if version is None: version = package_versions()["shopdistill"]
     out, before = {}, ""
     for c in chapters:
@@ -161,7 +164,8 @@ _WHY = {"cells": "its cells changed", "config": "the profile's settings changed"
         "before": "an earlier notebook changed"}
 
 def _why_stale(recorded: dict, current: dict) -> str:
-    "Why a notebook's recorded key parts differ from its current ones (an earlier notebook's change only when nothing else did: it is a consequence)."
+    """Why a notebook's recorded key parts differ from its current ones (an earlier notebook's change only when nothing
+    else did: it is a consequence)."""
     changed = [k for k in _WHY if recorded.get(k) != current.get(k)]
     if len(changed) > 1 and "before" in changed: changed.remove("before")
     return "; ".join(_WHY[k] for k in changed) or "its key changed"
@@ -193,14 +197,9 @@ def write_manifest(run: Run, manifest: dict):
     os.replace(tmp, p)
 
 
-def _shown(path: Path, root: Path) -> str:
-    "`path` relative to `root` when inside it (so manifests do not depend on where the checkout is), else absolute."
-    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
-
-
 def _folders(profile, nbs_dir, runs_root, configs_dir, settings=None):
-    """(nbs folder, settings file, `Settings`, `Run`) of a reproduction, honouring the overrides; `settings`, when the caller
-    already loaded the profile's, are used as they are (a process reads its profile once)."""
+    """(nbs folder, settings file, `Settings`, `Run`) of a reproduction, honouring the overrides; `settings`, when the
+    caller already loaded the profile's, are used as they are (a process reads its profile once)."""
     nbs = Path(nbs_dir).absolute() if nbs_dir is not None else repo_root() / "nbs"
     if not nbs.is_dir(): raise ReproduceError(f"notebook folder {nbs} does not exist")
     cfg_file = profile_path(profile, configs_dir)
@@ -211,7 +210,8 @@ def _folders(profile, nbs_dir, runs_root, configs_dir, settings=None):
 
 def plan(profile="smoke", only=None, flags=(), force=False, *, nbs_dir=None, runs_root=None,
          configs_dir=None) -> list[dict]:
-    "What `reproduce` would do: for each selected notebook, its name, key, action (`run`/`cached`) and why. Runs nothing."
+    """What `reproduce` would do: for each selected notebook, its name, key, action
+    (`run`/`cached`) and why. Runs nothing."""
     nbs, cfg_file, settings, run = _folders(profile, nbs_dir, runs_root, configs_dir)
     chapters = find_chapters(nbs)
     if not chapters: raise ReproduceError(f"no chapter notebooks (NN_*/MM_*.ipynb, NN in 00..89) in {nbs}")
@@ -228,7 +228,8 @@ def plan(profile="smoke", only=None, flags=(), force=False, *, nbs_dir=None, run
 
 # %% ../../nbs/99_reproduce/02_driver.ipynb #71928d3a
 class ChapterFailed(ReproduceError):
-    "A chapter raised: names the notebook, the failing cell (index in the source notebook, first line) and the exception."
+    """A chapter raised: names the notebook, the failing cell (index in the source notebook,
+    first line) and the exception."""
     def __init__(self, chapter, cell_index, first_line, ename, evalue, output=None, traceback=""):
         self.chapter, self.cell_index, self.first_line = chapter, cell_index, first_line
         self.ename, self.evalue, self.output, self.traceback = ename, evalue, output, traceback
@@ -257,7 +258,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _PAPERMILL_TAGS = {"injected-parameters", "papermill-error-cell-tag"}
 
 def failure_from_output(output, chapter, exc=None) -> ChapterFailed:
-    "The `ChapterFailed` for `chapter`, read from papermill's executed copy `output` (or from `exc` when there is none)."
+    """The `ChapterFailed` for `chapter`, read from papermill's executed copy `output` (or
+    from `exc` when there is none)."""
     output = Path(output)
     if output.exists():
         nb = nbformat.read(output, as_version=4)
@@ -276,7 +278,8 @@ def failure_from_output(output, chapter, exc=None) -> ChapterFailed:
 
 # %% ../../nbs/99_reproduce/02_driver.ipynb #88e718ab
 def git_state(root) -> dict:
-    "The commit of the checkout at `root` (\"unknown\" outside git or before the first commit) and whether it has uncommitted changes."
+    """The commit of the checkout at `root` (\"unknown\" outside git or before the first commit) and whether
+    it has uncommitted changes."""
     def git(*args):
         return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30)
     try:
@@ -288,7 +291,8 @@ def git_state(root) -> dict:
 
 def tidy_outputs(notebook) -> Path:
     """Merge an executed notebook's consecutive stream outputs the way Jupyter shows them, carriage returns applied:
-    papermill stores every refresh of a progress bar as an output of its own, which a reader would see as a wall of bars."""
+    papermill stores every refresh of a progress bar as an output of its own, which a reader
+    would see as a wall of bars."""
     from nbconvert.preprocessors import CoalesceStreamsPreprocessor
     nb = nbformat.read(notebook, as_version=4)
     for i, c in enumerate(nb.cells):
@@ -301,7 +305,8 @@ _DIRECTIVE = re.compile(r"^[ \t]*#\|.*(?:\n|$)", re.M)
 
 
 def strip_directives(source: str) -> str:
-    "A code cell's source without nbdev's `#|` directive lines (`#| export`, `#| reproduce`, ...): what a reader is shown."
+    """A code cell's source without nbdev's `#|` directive lines (`#| export`, `#| reproduce`,
+    ...): what a reader is shown."""
     return _DIRECTIVE.sub("", source).strip("\n")
 
 
@@ -311,7 +316,8 @@ def injected(cell) -> bool:
 
 
 def render_html(notebook, out) -> Path:
-    "Render an executed notebook to the HTML file `out` with nbconvert, for readers without Jupyter: no nbdev directives, no papermill cells."
+    """Render an executed notebook to the HTML file `out` with nbconvert, for readers without Jupyter: no nbdev
+    directives, no papermill cells."""
     from nbconvert import HTMLExporter
     nb = nbformat.read(notebook, as_version=4)
     nb.cells = [c for c in nb.cells if not injected(c)]
@@ -357,7 +363,8 @@ def _takes_parameters(notebook) -> bool:
 
 
 def _kernel_manager():
-    "jupyter_client's kernel manager, sending the kernel process's own stderr to a file (`kernel_log`) instead of the terminal."
+    """jupyter_client's kernel manager, sending the kernel process's own stderr to a file
+    (`kernel_log`) instead of the terminal."""
     from jupyter_client import AsyncKernelManager
     from traitlets import Unicode
 
@@ -374,8 +381,8 @@ def _kernel_manager():
 
 
 def execute(prepared, output, profile_param, cwd, timeout=None, kernel_log=None):
-    """Run the prepared notebook with papermill in a `python3` kernel, in `cwd`, injecting the profile where it takes one;
-    the kernel process's stderr goes to `kernel_log` when given."""
+    """Run the prepared notebook with papermill in a `python3` kernel, in `cwd`, injecting the profile where it takes
+    one; the kernel process's stderr goes to `kernel_log` when given."""
     import papermill as pm
     from traitlets.config import Config
     kernel, manager = Config(), _kernel_manager()
@@ -408,7 +415,8 @@ def profile_checks(settings) -> list[dict]:
 
 
 def require_ready(settings) -> None:
-    "Nothing, unless the profile needs a GPU (`gpu_needed`) and its preflight finds problems: then a ReproduceError listing every one."
+    """Nothing, unless the profile needs a GPU (`gpu_needed`) and its preflight finds problems: then a
+    ReproduceError listing every one."""
     if not gpu_needed(settings.preflight, settings.train, settings.grpo): return
     rows = profile_checks(settings)
     if any(r["ok"] is False for r in rows):
@@ -429,7 +437,8 @@ class _Progress:
         if self.on: self.console.print(msg)
 
     def running(self, msg, progress_file=None):
-        "A spinner while a chapter runs; its text follows the last line the chapter's progress bars wrote to `progress_file`."
+        """A spinner while a chapter runs; its text follows the last line the chapter's progress
+        bars wrote to `progress_file`."""
         if not self.on: return nullcontext()
         return _Following(self.console.status(msg), msg, progress_file)
 
@@ -444,7 +453,8 @@ class _Progress:
 
 
 class _Following:
-    "A rich status whose text a thread keeps at the notebook's latest progress line (the file `core.progress.progress` writes)."
+    """A rich status whose text a thread keeps at the notebook's latest progress line (the file
+    `core.progress.progress` writes)."""
     def __init__(self, status, msg, path):
         self.status, self.msg, self.path = status, msg, path
         self.stop, self.printed = threading.Event(), 0.0
@@ -478,21 +488,23 @@ class _Following:
 def _manifest_head(settings, cfg_file, root, flags, skip, versions, inputs) -> dict:
     "The parts of the manifest that describe the whole run: profile, settings files, flags, commit, versions, seeds."
     return {"profile": settings.profile,
-            "config": {"files": [_shown(f, root) for f in settings.files], "sha256": settings.digest()},
+            "config": {"files": [shown_path(f, root) for f in settings.files], "sha256": settings.digest()},
             "flags": list(flags), "skip_flags": skip, "git": git_state(root), "python": platform.python_version(),
             "packages": versions, "seeds": settings.seeds()}
 
 
 def write_settings(run: Run, settings, root) -> Path:
-    "The run's `settings.yaml`: every effective setting, defaults included, under a line naming the files they came from."
-    files = " extending ".join(_shown(f, root) for f in settings.files)
+    """The run's `settings.yaml`: every effective setting, defaults included, under a line
+    naming the files they came from."""
+    files = " extending ".join(shown_path(f, root) for f in settings.files)
     text = f"# the effective settings of profile {settings.profile} ({files}); digest {settings.digest()}\n"
     run.settings.write_text(text + yaml.safe_dump(settings.effective(), sort_keys=False, allow_unicode=True, width=120))
     return run.settings
 
 
 def _run_chapter(c: Path, run: Run, flags, skip, profile_param, env: dict, html: bool, timeout, say) -> dict:
-    "Prepare and execute one notebook into `run`; its manifest record, or ChapterFailed (the record is on the exception)."
+    """Prepare and execute one notebook into `run`; its manifest record, or ChapterFailed (the
+    record is on the exception)."""
     name = notebook_name(c)
     prepared, out, t0 = run.prepared / f"{name}.ipynb", run.executed(name), time.time()
     # papermill writes here as it goes; the executed copy appears whole
@@ -523,7 +535,8 @@ def _run_chapter(c: Path, run: Run, flags, skip, profile_param, env: dict, html:
 
 
 def _as_run(current: dict, chapters, c: Path, records: dict) -> dict:
-    "The key parts of notebook `c` as it is about to run: `before` is the key its predecessor's outputs were really made with."
+    """The key parts of notebook `c` as it is about to run: `before` is the key its predecessor's
+    outputs were really made with."""
     i = chapters.index(c)
     if i == 0: return current
     prev = records.get(notebook_name(chapters[i - 1]), {})
@@ -542,13 +555,15 @@ def _stale_before(chapters, selected, inputs, previous, run, say, profile):
 
 
 def published_folders(settings, run: Run) -> tuple[Path, GeneratedFolder]:
-    "(figures folder, generated LaTeX folder) a run of `settings` writes: the repository's when the profile publishes, else its own in the run."
+    """(figures folder, generated LaTeX folder) a run of `settings` writes: the repository's when the profile
+    publishes, else its own in the run."""
     if settings.publish: return figures_dir(), GeneratedFolder(generated_dir())
     return run.figures, GeneratedFolder(run.generated)
 
 
 def _run_one(c, i, selected, chapters, run, manifest, previous, inputs, ctx) -> None:
-    "Run (or reuse) notebook `c` of the selection, keeping the manifest true at every moment: `running` before, its result after."
+    """Run (or reuse) notebook `c` of the selection, keeping the manifest true at every moment:
+    `running` before, its result after."""
     n, say = notebook_name(c), ctx["say"]
     now, head = inputs[n], f"[{i}/{len(selected)}] {n}"
     action, why = _decide(n, now, previous.get(n), run.executed(n), ctx["force"])
@@ -577,10 +592,11 @@ def _run_one(c, i, selected, chapters, run, manifest, previous, inputs, ctx) -> 
 # %% ../../nbs/99_reproduce/02_driver.ipynb #e20adfc1
 def reproduce(profile="smoke", only=None, flags=(), force=False, *, nbs_dir=None, runs_root=None, configs_dir=None,
               html=True, progress=True, timeout=None, preflight=True, settings=None) -> dict:
-    """Run the chapters' notebooks in order with papermill into `runs/<profile>/`, reusing unchanged ones; returns the manifest.
-    When the selection holds a chapter that trains or evaluates a model (`MODEL_CHAPTERS`), a profile that needs a GPU is
-    checked first (`require_ready`, unless `preflight` is off). A profile that publishes gets its record written
-    (`write_record`) once every notebook is up to date. `settings`: the profile's, when the caller has loaded them."""
+    """Run the chapters' notebooks in order with papermill into `runs/<profile>/`, reusing unchanged ones; returns the
+    manifest. When the selection holds a chapter that trains or evaluates a model (`MODEL_CHAPTERS`), a profile that
+    needs a GPU is checked first (`require_ready`, unless `preflight` is off). A profile that publishes gets its record
+    written (`write_record`) once every notebook is up to date. `settings`: the profile's, when
+    the caller has loaded them."""
     flags = normalise_flags([*normalise_flags(flags), *RUN_FLAGS])
     nbs, cfg_file, settings, run = _folders(profile, nbs_dir, runs_root, configs_dir, settings)
     chapters = find_chapters(nbs)
@@ -610,7 +626,7 @@ def reproduce(profile="smoke", only=None, flags=(), force=False, *, nbs_dir=None
         ran = any(manifest["notebooks"][notebook_name(c)]["status"] == "executed" for c in selected)
         if settings.publish and _up_to_date(manifest, inputs) and (ran or not generated.record.exists()):
             write_record(generated, manifest, settings, figures, nbs.parent)
-            ctx["say"].say(f"record of this reproduction: {_shown(generated.record, nbs.parent)}")
+            ctx["say"].say(f"record of this reproduction: {shown_path(generated.record, nbs.parent)}")
     ctx["say"].table(manifest, [notebook_name(c) for c in selected])
     return manifest
 
@@ -651,11 +667,11 @@ def write_record(generated: GeneratedFolder, manifest: dict, settings, figures: 
 
 # %% ../../nbs/99_reproduce/02_driver.ipynb #382579f3
 def check_published(*, generated=None, figures=None, nbs_dir=None, configs_dir=None) -> list[str]:
-    """Every reason the published `figures/` and `paper/generated/` are not what a reproduction of this commit would leave: a notebook
-    it would execute again (and why), a file that differs from its record. Empty: they are current."""
+    """Every reason the published `figures/` and `paper/generated/` are not what a reproduction of this commit would
+    leave: a notebook it would execute again (and why), a file that differs from its record. Empty: they are current."""
     generated = GeneratedFolder(Path(generated) if generated is not None else generated_dir())
     figures = Path(figures) if figures is not None else figures_dir()
-    if not generated.record.is_file(): return [f"{_shown(generated.record, repo_root())} is missing: no reproduction "
+    if not generated.record.is_file(): return [f"{shown_path(generated.record, repo_root())} is missing: no reproduction "
                                                f"recorded these results"]
     rec = json.loads(generated.record.read_text())
     nbs, cfg_file, settings, _ = _folders(rec["profile"], nbs_dir, None, configs_dir)

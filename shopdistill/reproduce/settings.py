@@ -95,7 +95,8 @@ class Settings:
 
 # %% ../../nbs/99_reproduce/01_settings.ipynb #d3071c28
 def _relative_paths(d: dict) -> dict:
-    "`d` with the path settings `load_config` made absolute shown relative to the repository again (machine-independent)."
+    """`d` with the path settings `load_config` made absolute shown relative to the repository
+    again (machine-independent)."""
     root, out = repo_root(), {}
     for k, v in d.items():
         if isinstance(v, dict): v = _relative_paths(v)
@@ -130,7 +131,8 @@ def _is_path_key(name) -> bool:
 
 
 def _resolve_paths(section):
-    "`section` with its relative `path`/`*_path`/`*_dir` fields made absolute from the repository root (chapters run in `nbs/`)."
+    """`section` with its relative `path`/`*_path`/`*_dir` fields made absolute from the repository
+    root (chapters run in `nbs/`)."""
     if not is_dataclass(section): return section
     fix = {f.name: str(repo_root() / v) for f in fields(section)
            if _is_path_key(f.name) and isinstance(v := getattr(section, f.name), str)
@@ -150,7 +152,8 @@ def _read(p: Path) -> dict:
 
 
 def _parent(ref, child: Path, configs) -> Path:
-    "The file `extends: ref` of `child` names: a path from the child's folder, or a profile name beside the child, else in `configs`."
+    """The file `extends: ref` of `child` names: a path from the child's folder, or a profile name beside
+    the child, else in `configs`."""
     if not isinstance(ref, str) or not ref.strip(): raise ConfigError(f"{child}: '{EXTENDS}' should be a profile name "
                                                                       f"or a YAML path, got {ref!r}")
     if is_profile_path(ref): p = (child.parent / Path(ref).expanduser()).absolute()
@@ -162,7 +165,8 @@ def _parent(ref, child: Path, configs) -> Path:
 
 
 def _check_sections(data: dict, p: Path):
-    "Refuse a top-level key or a section key that `Settings` does not have, naming file `p` (values are checked after merging)."
+    """Refuse a top-level key or a section key that `Settings` does not have, naming file `p` (values
+    are checked after merging)."""
     known, hints = Settings.sections(), typing.get_type_hints(Settings)
     for k, v in data.items():
         if k not in known:
@@ -173,7 +177,8 @@ def _check_sections(data: dict, p: Path):
 
 
 def profile_files(p: Path, configs=None) -> list[tuple[Path, dict]]:
-    "(file, its own mapping) for profile file `p` and every file it extends, `p` first; each file's keys checked on their own."
+    """(file, its own mapping) for profile file `p` and every file it extends, `p` first; each
+    file's keys checked on their own."""
     out = []
     while p is not None:
         if p in [q for q, _ in out]: raise ConfigError(f"{p}: '{EXTENDS}' goes round in a circle: "
@@ -210,7 +215,8 @@ def _blame(files: list[tuple[Path, dict]]):
 
 
 def load_config(profile="smoke", configs: str | os.PathLike | None = None) -> Settings:
-    "The validated `Settings` of `profile` (a name looked up in `configs`, default `configs_dir()`, or a YAML path), with what it extends."
+    """The validated `Settings` of `profile` (a name looked up in `configs`, default `configs_dir()`, or a YAML
+    path), with what it extends."""
     p = profile_path(profile, configs)
     files = profile_files(p, configs)
     data = {}

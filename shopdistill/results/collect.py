@@ -74,7 +74,8 @@ def corpus_results(run: Run) -> dict:
 
 # %% ../../nbs/07_results/02_collect.ipynb #cdec397f
 def load_stage_episodes(run: Run) -> dict[str, list[dict]]:
-    "Each evaluated stage's held-out episodes (its folder's `episodes`), in recipe order (other stage folders last, by name)."
+    """Each evaluated stage's held-out episodes (its folder's `episodes`), in recipe order (other
+    stage folders last, by name)."""
     return {st.name: read_episodes(st.episodes) for st in run.train().stages() if st.episodes.exists()}
 
 # %% ../../nbs/07_results/02_collect.ipynb #ad10d72e
@@ -93,9 +94,9 @@ def _sampled(episodes: list[dict]) -> dict[str, float]:
 
 def stage_results(by_stage: dict[str, list[dict]], problems: dict[str, dict], catalog=None, ks=(1, 2, 4, 8),
                   n_boot: int = 10_000) -> dict:
-    """Named numbers per stage: ASR (production_strict and upstream) with Wilson 95%, CAR, pass@k (on `pass_problems`), per-category
-    ASR, the paired bootstrap of ASR against the previous stage (`vs_prev`) and, when both were sampled on the same problems, of
-    pass@1 (`vs_prev.pass@1`)."""
+    """Named numbers per stage: ASR (production_strict and upstream) with Wilson 95%, CAR, pass@k (on `pass_problems`),
+    per-category ASR, the paired bootstrap of ASR against the previous stage (`vs_prev`) and, when both were sampled on
+    the same problems, of pass@1 (`vs_prev.pass@1`)."""
     out, prev = {}, None
     for s, eps in by_stage.items():
         row = stage_row(s, eps, ks)
@@ -143,16 +144,19 @@ def _json(path: Path) -> dict: return json.loads(path.read_text()) if path.is_fi
 
 
 def _trained_on(st, log: dict, row: dict) -> dict:
-    "The facts a stage's own records hold, read by what it wrote, not by its name: a new stage that writes them gets them."
+    """The facts a stage's own records hold, read by what it wrote, not by its name: a new stage
+    that writes them gets them."""
     if st.rejection.is_file():
         return {k: _json(st.rejection).get(k) for k in ("problems", "samples", "successes", "problems_solved", "rows")}
     if st.teacher.is_file():
         t = _json(st.teacher)
         return {} if "counts" not in t else dict(problems=sum(c["played"] for c in t["counts"].values()),
-                                                 successes=sum(c["won"] for c in t["counts"].values()), rows=t.get("rows"))
+                                                 successes=sum(c["won"] for c in t["counts"].values()),
+                                                 rows=t.get("rows"))
     # a GRPO stage without a state to train on reuses the previous row: only its own keys
     if "states_screened" in row or "reward" in row:
-        return {**{k: row.get(k) for k in ("states_screened", "states_mixed", "states_kept")}, "problems": log.get("problems")}
+        return {**{k: row.get(k) for k in ("states_screened", "states_mixed", "states_kept")},
+                "problems": log.get("problems")}
     if "desirable" in row:
         f = {k: row.get(k) for k in ("episodes", "desirable", "desirable_own", "undesirable")}
         if None not in (f["desirable"], f["desirable_own"]): f["desirable_corpus"] = f["desirable"] - f["desirable_own"]
@@ -161,12 +165,12 @@ def _trained_on(st, log: dict, row: dict) -> dict:
 
 
 def stage_facts(train: TrainFolder) -> dict:
-    """What each stage of `train` (a run's `train()` folder) trained on, as `stage.<stage>.train.<fact>`: optimizer `steps` (its
-    `train_log.json`, else its `eval.json` row); rejection sampling's `problems`, `samples`, `successes`, `problems_solved`,
-    `rows` (`rejection.json`); the teacher's `problems`, `successes`, `rows` (`teacher.json`); KTO's `episodes`, `desirable`,
-    `desirable_own` (the policy's own successes), `desirable_corpus` (the corpus top-up), `undesirable`; GRPO's
-    `states_screened`, `states_mixed`, `states_kept` (their `eval.json`) and `problems` (the outcome reward's log). A missing
-    stage or file, or a fact an older run did not record, gives no key."""
+    """What each stage of `train` (a run's `train()` folder) trained on, as `stage.<stage>.train.<fact>`: optimizer
+    `steps` (its `train_log.json`, else its `eval.json` row); rejection sampling's `problems`, `samples`, `successes`,
+    `problems_solved`, `rows` (`rejection.json`); the teacher's `problems`, `successes`, `rows` (`teacher.json`); KTO's
+    `episodes`, `desirable`, `desirable_own` (the policy's own successes), `desirable_corpus` (the corpus top-up),
+    `undesirable`; GRPO's `states_screened`, `states_mixed`, `states_kept` (their `eval.json`) and `problems` (the
+    outcome reward's log). A missing stage or file, or a fact an older run did not record, gives no key."""
     out = {}
     for st in train.stages():
         log, row = _json(st.train_log), _json(st.evaluation)

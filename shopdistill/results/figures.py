@@ -23,7 +23,8 @@ _STAGE_BOXES = (
 )
 
 def draw_pipeline(counts: dict | None = None, ax=None):
-    "Figure 1: arena -> data pipeline -> recipe -> distilled agent, with the dashed loop back into the arena; `counts` labels the arrows."
+    """Figure 1: arena -> data pipeline -> recipe -> distilled agent, with the dashed loop back into the arena;
+    `counts` labels the arrows."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
     counts = counts or {}
@@ -44,7 +45,9 @@ def draw_pipeline(counts: dict | None = None, ax=None):
     ax.add_patch(FancyArrowPatch((xs[-1] + w / 2, y0 - 0.05), (xs[0] + w / 2, y0 - 0.05),
                                  connectionstyle="arc3,rad=-0.12",
                                  arrowstyle="-|>", mutation_scale=14, ls="--", color="#7b3294"))
-    ax.text((xs[0] + xs[-1] + w) / 2, y0 - 1.05, counts.get("loop", "the distilled agent re-enters the arena as a miner"), ha="center", fontsize=8, color="#7b3294")
+    ax.text((xs[0] + xs[-1] + w) / 2, y0 - 1.05,
+            counts.get("loop", "the distilled agent re-enters the arena as a miner"), ha="center", fontsize=8,
+            color="#7b3294")
     ax.set_xlim(-0.2, xs[-1] + w + 0.2); ax.set_ylim(-0.75, y0 + h + 0.2); ax.axis("off")
     ax.set_title("Figure 1. From an agent arena to a distilled shopping agent", fontsize=11)
     return ax
@@ -91,7 +94,8 @@ def arena_figure(races, weights, versions, axes=None):
     share = w.pivot_table(index="day", columns="style", values="share", aggfunc="sum").fillna(0.0)
     bottom = np.zeros(len(share))
     for s, c in STYLE_COLORS.items():
-        if s in share: axes[1].bar(share.index, share[s], bottom=bottom, color=c, label=s); bottom += share[s].to_numpy()
+        if s in share:
+            axes[1].bar(share.index, share[s], bottom=bottom, color=c, label=s); bottom += share[s].to_numpy()
     axes[1].set(title="Emission share of miners by style", xlabel="day of the season", ylabel="share of miner weight")
     axes[1].legend(fontsize=8)
     return axes
@@ -114,7 +118,8 @@ def judge_axis_figure(traces, decisions, axes=None):
 
 # %% ../../nbs/07_results/04_figures.ipynb #df4e8f6f
 def stages_figure(res: dict, stages: list[str], published: dict | None = None, ax=None, label: str | None = None):
-    "Held-out ASR per stage with Wilson 95% intervals (`label`: the run's model and profile); published reference numbers as labelled dashed lines."
+    """Held-out ASR per stage with Wilson 95% intervals (`label`: the run's model and profile); published reference
+    numbers as labelled dashed lines."""
     import matplotlib.pyplot as plt
     if ax is None: _, ax = plt.subplots(figsize=(8, 4))
     x = np.arange(len(stages))
@@ -161,7 +166,8 @@ def category_figure(res: dict, stages: list[str], categories: list[str], ax=None
         for i, c in enumerate(categories):
             k = f"stage.{s}.asr.{c}"
             if k not in res: continue
-            xs.append(i + j * width); ys.append(res[k] * 100); lo.append(res[k + ".lo"] * 100); hi.append(res[k + ".hi"] * 100)
+            xs.append(i + j * width); ys.append(res[k] * 100); lo.append(res[k + ".lo"] * 100)
+            hi.append(res[k + ".hi"] * 100)
         ys, lo, hi = np.array(ys), np.array(lo), np.array(hi)
         ax.bar(xs, ys, width, label=stage_label(s))
         ax.errorbar(xs, ys, yerr=[ys - lo, hi - ys], fmt="none", ecolor="black", capsize=2, lw=0.8)

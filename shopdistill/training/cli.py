@@ -24,7 +24,8 @@ from .sft import corpus_rows, sft_trainer
 
 # %% ../../nbs/06_dr_grpo/02_cli.ipynb #ca14356c
 def stage_name(name: str) -> str:
-    "The stage folder `name` stands for (a folder or a short name of `core.run.RECIPE`); a usage error naming them otherwise."
+    """The stage folder `name` stands for (a folder or a short name of `core.run.RECIPE`); a usage
+    error naming them otherwise."""
     try: return find_stage(name).name
     except ValueError as e: raise UsageError(str(e)) from None
 
@@ -66,7 +67,8 @@ class _DryEngine:
 
 
 def _built(tr, stages: str, **more) -> dict:
-    "What the dry run reports of a built trainer: its class, the stages it serves, its learning rate and batch, and `more`."
+    """What the dry run reports of a built trainer: its class, the stages it serves, its learning
+    rate and batch, and `more`."""
     return {"trainer": type(tr).__name__, "stages": stages, "lr": tr.args.learning_rate,
             "batch": tr.args.per_device_train_batch_size * tr.args.gradient_accumulation_steps, **more}
 
@@ -78,8 +80,8 @@ def _served(section: str, **options) -> str:
 
 # %% ../../nbs/06_dr_grpo/02_cli.ipynb #f0d2f118
 def dry_run(ts: TrainSettings, ks: KtoSettings, gs: GrpoSettings) -> list[dict]:
-    """Build every trainer of the recipe with the sections `train` (`ts`), `kto` (`ks`) and `grpo` (`gs`) of a profile around a
-    tiny model in place of the profile's; train nothing. One row per trainer."""
+    """Build every trainer of the recipe with the sections `train` (`ts`), `kto` (`ks`) and `grpo` (`gs`) of a profile
+    around a tiny model in place of the profile's; train nothing. One row per trainer."""
     import torch
     tiny = TinySettings(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, max_positions=2048,
                         bpe_vocab=400, seed=0)

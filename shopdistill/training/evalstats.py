@@ -25,7 +25,8 @@ def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 # %% ../../nbs/05_supervised_stack/07_evalstats.ipynb #4baec47a
 def pass_at_k(n: int, c: int, k: int) -> float:
-    "Unbiased pass@k from `n` samples with `c` successes (Chen et al. 2021), as the stable product 1 - prod_{i=n-c+1}^{n} (1 - k/i)."
+    """Unbiased pass@k from `n` samples with `c` successes (Chen et al. 2021), as the stable product 1 -
+    prod_{i=n-c+1}^{n} (1 - k/i)."""
     if not (0 <= c <= n and 1 <= k <= n):
         raise ValueError(f"pass_at_k: need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
     if n - c < k: return 1.0  # every k-subset holds a success
@@ -58,7 +59,8 @@ def _resampled_means(d: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
 
 
 def paired_bootstrap(a, b, n_boot: int = 10_000, seed: int = 0, level: float = 0.95) -> dict:
-    "Mean difference b - a over problems with a percentile bootstrap interval that resamples problems (pairs kept together)."
+    """Mean difference b - a over problems with a percentile bootstrap interval that resamples
+    problems (pairs kept together)."""
     a, b = _paired(a, b)
     d = b - a
     boots = _resampled_means(d, n_boot, seed)
@@ -80,8 +82,9 @@ def success_by_problem(episodes: Sequence[dict]) -> dict[str, float]:
 
 # %% ../../nbs/05_supervised_stack/07_evalstats.ipynb #ed5ed109
 def stage_row(stage: str, episodes: Sequence[dict], ks: Sequence[int] = (1, 8)) -> dict:
-    """One row of the stage table from `rollout.run_episodes` episodes: ASR (sample 0, every problem) with Wilson 95%; pass@k
-    on the problems that got the most samples (`pass_problems` of them: all, or the evaluation's sampled subset); call and id rates."""
+    """One row of the stage table from `rollout.run_episodes` episodes: ASR (sample 0, every problem) with Wilson 95%;
+    pass@k on the problems that got the most samples (`pass_problems` of them: all, or the evaluation's sampled
+    subset); call and id rates."""
     groups = per_problem(episodes)
     if not groups: raise ValueError(f"stage_row({stage!r}): no episodes")
     first = [bool(g[0]["success"]) for g in groups.values()]

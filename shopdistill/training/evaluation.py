@@ -28,8 +28,8 @@ def corpus_clusters(bank: list[dict], corpus_problem_ids) -> set:
 
 def heldout_problems(bank: list[dict], categories, n: int, exclude_clusters=()) -> list[dict]:
     """`n` held-out-pool problems in all, split evenly over `categories` (the first categories take the remainder), each
-    category's first in bank order, skipping problems whose leak cluster is in `exclude_clusters` (held-out problems that
-    the arena's races exposed and the corpus therefore holds)."""
+    category's first in bank order, skipping problems whose leak cluster is in `exclude_clusters` (held-out problems
+    that the arena's races exposed and the corpus therefore holds)."""
     out, bad, categories = [], set(exclude_clusters), list(categories)
     for i, c in enumerate(categories):
         share = n // len(categories) + (i < n % len(categories))
@@ -39,7 +39,8 @@ def heldout_problems(bank: list[dict], categories, n: int, exclude_clusters=()) 
 
 
 def evaluation_problems(bank: list[dict], corpus, settings: TrainSettings) -> list[dict]:
-    "The held-out evaluation set of every stage: `heldout_problems` of `settings.eval`, none in a leak cluster the corpus (a `DatasetDict`) holds."
+    """The held-out evaluation set of every stage: `heldout_problems` of `settings.eval`, none in a leak cluster the
+    corpus (a `DatasetDict`) holds."""
     seen = corpus_clusters(bank, set(corpus["train"]["problem_id"]) | set(corpus["eval"]["problem_id"]))
     return heldout_problems(bank, settings.eval.categories, settings.eval.n_problems, exclude_clusters=seen)
 
@@ -84,9 +85,9 @@ def evaluate_stage(stage: StageFolder, model, tok, problems: list[dict], engine,
 
 
 def reuse_evaluation(src: StageFolder, stage: StageFolder) -> dict:
-    """The evaluation of a stage that did not change the policy (nothing to train on): the episodes and row of stage `src`
-    copied into `stage`, renamed. Same weights and same per-episode seeds give the same episodes, so running them again
-    would only cost time."""
+    """The evaluation of a stage that did not change the policy (nothing to train on): the episodes and row of stage
+    `src` copied into `stage`, renamed. Same weights and same per-episode seeds give the same episodes, so running them
+    again would only cost time."""
     stage.make()
     row = {**json.loads(src.evaluation.read_text()), "stage": stage.name, "eval_seconds": 0.0,
            "same_policy_as": src.name}

@@ -35,7 +35,8 @@ REWARDS = ("per_step", "outcome")
 @dataclass(frozen=True)
 class GrpoSettings(OptimSettings):
     "The `grpo` section of a profile: stage 5 (Dr. GRPO), its data, its reward and its trainer, every knob explicit."
-    reward: str = "per_step"  # per_step: teacher-grounded reward on the per-step view | outcome: sandbox episodes, production_strict success
+    # per_step: teacher-grounded reward on the per-step view | outcome: sandbox episodes, production_strict success
+    reward: str = "per_step"
     # the objective (Dr. GRPO, Liu et al. 2025)
     loss_type: str = "dr_grpo"
     scale_rewards: str = "none"  # advantages r - mean(group r), not divided by the group's std
@@ -54,7 +55,8 @@ class GrpoSettings(OptimSettings):
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
-    max_completion_length: int = 1024  # per_step: one assistant turn; outcome: every turn plus the tool results between them
+    # per_step: one assistant turn; outcome: every turn plus the tool results between them
+    max_completion_length: int = 1024
     # batching: batch_size * grad_accum completions per optimiser step, a multiple of num_generations
     batch_size: int = 8
     grad_accum: int = 4
@@ -78,15 +80,17 @@ class GrpoSettings(OptimSettings):
     def __post_init__(self):
         if self.reward not in REWARDS: raise ValueError(f"grpo.reward must be one of {REWARDS}, got {self.reward!r}")
         if (self.batch_size * self.grad_accum) % self.num_generations:
-            raise ValueError(f"grpo: batch_size * grad_accum ({self.batch_size} * {self.grad_accum}) must be a multiple of "
+            raise ValueError(f"grpo: batch_size * grad_accum ({self.batch_size} * {self.grad_accum}) must "
+                             "be a multiple of "
                              f"num_generations ({self.num_generations}): TRL's generation batch holds whole groups")
-        if self.num_generations < 2: raise ValueError("grpo.num_generations must be at least 2: a group of one has no advantage")
+        if self.num_generations < 2:
+            raise ValueError("grpo.num_generations must be at least 2: a group of one has no advantage")
 
 # %% ../../nbs/06_dr_grpo/01_grpo.ipynb #a04d39b5
 def grpo_config(settings: GrpoSettings, out_dir, *, cpu: bool | None = None, **overrides):
     """TRL's `GRPOConfig` for `settings`: the keywords every stage shares (`trainer_arguments`: the optimiser with
-    `adam_beta1/2`, the schedule, the batch, bf16, seeds, checkpoints) and every setting that shapes the objective or the
-    sampling, given explicitly."""
+    `adam_beta1/2`, the schedule, the batch, bf16, seeds, checkpoints) and every setting that shapes the objective or
+    the sampling, given explicitly."""
     import torch
     from trl import GRPOConfig
     s = settings
@@ -119,14 +123,16 @@ def grpo_config(settings: GrpoSettings, out_dir, *, cpu: bool | None = None, **o
 # %% ../../nbs/06_dr_grpo/01_grpo.ipynb #437b89e6
 def state_rows(steps, tok, *, max_prompt_tokens: int | None = None,
                limit: int = 0, seed: int = 0) -> tuple[list[dict], dict]:
-    """GRPO rows from per-step view rows (`prompt` messages, `teacher_action`, `tools`): the prompt rendered by `render_prompt`.
-    `limit` > 0 draws that many states at random (seeded) first; states whose prompt exceeds `max_prompt_tokens` are skipped."""
+    """GRPO rows from per-step view rows (`prompt` messages, `teacher_action`, `tools`): the prompt rendered by
+    `render_prompt`. `limit` > 0 draws that many states at random (seeded) first; states whose prompt exceeds
+    `max_prompt_tokens` are skipped."""
     idx = list(range(len(steps)))
     if limit and limit < len(idx): idx = sorted(random.Random(seed).sample(idx, limit))
     rows, too_long = [], 0
     for i in idx:
         r = steps[i]
-        text, ids = render_prompt(tok, r["prompt"], json.loads(r["tools"]) if isinstance(r["tools"], str) else r["tools"])
+        text, ids = render_prompt(tok, r["prompt"],
+                                  json.loads(r["tools"]) if isinstance(r["tools"], str) else r["tools"])
         if max_prompt_tokens and len(ids) > max_prompt_tokens:
             too_long += 1
             continue
@@ -143,8 +149,9 @@ def state_rows(steps, tok, *, max_prompt_tokens: int | None = None,
 def sample_turns(model, tok, prompts: list[str], n: int, *, temperature: float = 1.0, top_p: float = 1.0,
                  max_new_tokens: int = 160,
                  batch_size: int = 16, seed: int = 0, backend: str = "transformers") -> list[list[str]]:
-    """`n` sampled single turns per text prompt, with chapter 05's generator (per-sample seeds: a state's samples do not depend on
-    the batching), tokenised as GRPOTrainer tokenises a text prompt and decoded as it decodes completions (special tokens dropped)."""
+    """`n` sampled single turns per text prompt, with chapter 05's generator (per-sample seeds: a state's samples do not
+    depend on the batching), tokenised as GRPOTrainer tokenises a text prompt and decoded as it decodes
+    completions (special tokens dropped)."""
     gen = BACKENDS[backend]
     ids = [tok(text=p)["input_ids"] for p in prompts]
     # little padding
@@ -161,11 +168,13 @@ def sample_turns(model, tok, prompts: list[str], n: int, *, temperature: float =
     return out
 
 # %% ../../nbs/06_dr_grpo/01_grpo.ipynb #bd3a51db
-def screen_states(model, tok, rows: list[dict], settings: GrpoSettings, backend: str | None = None) -> tuple[list[dict], dict]:
-    """Keep the states on which `settings.screen_samples` samples of `model` get different per-step rewards (zero-variance groups
-    give no gradient under Dr. GRPO yet count in its normaliser). Returns (kept rows, a report with every state's rewards).
-    `model`: a loaded model or a checkpoint folder; `backend`: the sampler (None: vLLM for a folder with `grpo.use_vllm`, else
-    transformers; the recipe passes `train.rollout.backend`, on the CPU vLLM: 52 samples took 1,406 s with transformers' generate)."""
+def screen_states(model, tok, rows: list[dict], settings: GrpoSettings,
+                  backend: str | None = None) -> tuple[list[dict], dict]:
+    """Keep the states on which `settings.screen_samples` samples of `model` get different per-step rewards
+    (zero-variance groups give no gradient under Dr. GRPO yet count in its normaliser). Returns (kept rows, a report
+    with every state's rewards). `model`: a loaded model or a checkpoint folder; `backend`: the sampler (None: vLLM for
+    a folder with `grpo.use_vllm`, else transformers; the recipe passes `train.rollout.backend`, on the CPU vLLM: 52
+    samples took 1,406 s with transformers' generate)."""
     t0 = time.time()
     samples = sample_turns(model, tok, [r["prompt"] for r in rows], settings.screen_samples,
                            temperature=settings.temperature,
@@ -193,7 +202,8 @@ def screen_states(model, tok, rows: list[dict], settings: GrpoSettings, backend:
 # %% ../../nbs/06_dr_grpo/01_grpo.ipynb #e0cf1751
 def per_step_trainer(model, tok, states: list[dict], settings: GrpoSettings, stage: StageFolder, *,
                      cpu: bool | None = None):
-    "The GRPOTrainer of per-step Dr. GRPO on `states` (rows of `state_rows`), built but not trained (what a dry run checks)."
+    """The GRPOTrainer of per-step Dr. GRPO on `states` (rows of `state_rows`), built but not
+    trained (what a dry run checks)."""
     from datasets import Dataset
     from trl import GRPOTrainer
     settings = replace(settings, reward="per_step")  # what this trainer is, whatever the profile selects
@@ -208,15 +218,16 @@ def per_step_trainer(model, tok, states: list[dict], settings: GrpoSettings, sta
 
 def dr_grpo_stage(model, tok, states: list[dict], settings: GrpoSettings, stage: StageFolder, *, resume: bool = True,
                   cpu: bool | None = None) -> Path:
-    "Stage 5, per-step Dr. GRPO on `states` (rows of `state_rows`), trained into `stage` by `train_stage`: trains `model` in place."
+    """Stage 5, per-step Dr. GRPO on `states` (rows of `state_rows`), trained into `stage` by
+    `train_stage`: trains `model` in place."""
     return train_stage(stage, lambda: per_step_trainer(model, tok, states, settings, stage, cpu=cpu), tok,
                        resume=resume,
                        info={"reward": "per_step", "states": len(states), "reward_range": list(REWARD_RANGE)})
 
 # %% ../../nbs/06_dr_grpo/01_grpo.ipynb #80743cde
 def fitted_env_class(max_tool_chars: int | None, base=None):
-    """`base` (default ShoppingEnv) whose tool results are cut as `models.fit_messages` cuts them; same tools, same schemas.
-    The row's `task` column (JSON text) is the task `reset` starts."""
+    """`base` (default ShoppingEnv) whose tool results are cut as `models.fit_messages` cuts them; same tools, same
+    schemas. The row's `task` column (JSON text) is the task `reset` starts."""
     base = base or ShoppingEnv
 
     def cut(fn):
@@ -236,7 +247,8 @@ def fitted_env_class(max_tool_chars: int | None, base=None):
 
 # %% ../../nbs/06_dr_grpo/01_grpo.ipynb #8ce9acfa
 def outcome_rows(problems: list[dict]) -> list[dict]:
-    "Outcome-GRPO rows: the user's request as a conversational prompt, the task (with its gold) as JSON text for `reset`."
+    """Outcome-GRPO rows: the user's request as a conversational prompt, the task (with its
+    gold) as JSON text for `reset`."""
     return [{"prompt": [{"role": "user", "content": p["query"]}], "task": json.dumps(p, ensure_ascii=False),
              "problem_id": p["id"]}
             for p in problems]
@@ -244,12 +256,13 @@ def outcome_rows(problems: list[dict]) -> list[dict]:
 # %% ../../nbs/06_dr_grpo/01_grpo.ipynb #1fa16d16
 def outcome_trainer(model, tok, problems: list[dict], engine, settings: GrpoSettings, stage: StageFolder, *,
                     cpu: bool | None = None):
-    """The GRPOTrainer of outcome-reward GRPO (the sandbox as `environment_factory`), built but not trained. Only the paper's
-    view: TRL renders the environment's results itself, so a compact-view policy would train on text it never reads elsewhere."""
+    """The GRPOTrainer of outcome-reward GRPO (the sandbox as `environment_factory`), built but not trained. Only the
+    paper's view: TRL renders the environment's results itself, so a compact-view policy would train on
+    text it never reads elsewhere."""
     view = agent_view(tok)["style"]
     if view != "paper":
-        raise ValueError(f"outcome GRPO: train.view.style is {view!r}; TRL's environment loop renders tool results in the "
-                         "paper's view only (use grpo.reward: per_step, or train.view.style: paper)")
+        raise ValueError(f"outcome GRPO: train.view.style is {view!r}; TRL's environment loop renders tool "
+                         "results in the paper's view only (use grpo.reward: per_step, or train.view.style: paper)")
     from datasets import Dataset
     from trl import GRPOTrainer
     # what this trainer is (its tool-call cap applies), whatever the profile selects
@@ -278,7 +291,8 @@ _SCREEN_KEYS = ("screen_states", "screen_samples", "mixed_only", "max_states", "
                 "max_completion_length", "seed")
 
 def _screened(r: Recipe, model, tok, gs: GrpoSettings, stage: StageFolder) -> dict:
-    "The screening of stage 5 (`settings`, `report`, `kept`), from `stage.states` when made with these settings, else made (the main process)."
+    """The screening of stage 5 (`settings`, `report`, `kept`), from `stage.states` when made with these settings,
+    else made (the main process)."""
     import datasets
     key = {k: getattr(gs, k) for k in _SCREEN_KEYS}
     def make():
@@ -296,8 +310,8 @@ def _screened(r: Recipe, model, tok, gs: GrpoSettings, stage: StageFolder) -> di
 
 # %% ../../nbs/06_dr_grpo/01_grpo.ipynb #538887b7
 def run_stage5(r: Recipe, gs: GrpoSettings) -> dict | None:
-    """Stage 5 with the reward `gs.reward` (section `grpo`) from the stage-4 policy, into `dr_grpo` (per-step) or `outcome_grpo`
-    unless the stage has a policy; its evaluation row (None outside the main process)."""
+    """Stage 5 with the reward `gs.reward` (section `grpo`) from the stage-4 policy, into `dr_grpo` (per-step) or
+    `outcome_grpo` unless the stage has a policy; its evaluation row (None outside the main process)."""
     name = "dr_grpo" if gs.reward == "per_step" else "outcome_grpo"  # chapter 05's stage table knows both
     ts, prev = r.ts, start_stage(r, name)
     stage = r.run.stage(name)
@@ -318,7 +332,8 @@ def run_stage5(r: Recipe, gs: GrpoSettings) -> dict | None:
     r.notes[name] = {"screen": screen, "states": states, "log": log, "policy": path}
     if stage.has_evaluation: row = json.loads(stage.evaluation.read_text())
     else:
-        row = reuse_evaluation(prev, stage) if path == prev.policy else evaluate_stage(stage, *load_policy(str(path), ts), r.eval_problems, r.engine, ts)
+        row = (reuse_evaluation(prev, stage) if path == prev.policy
+               else evaluate_stage(stage, *load_policy(str(path), ts), r.eval_problems, r.engine, ts))
         row.update({"reward": gs.reward, "reward_range": list(REWARD_RANGE) if gs.reward == "per_step" else [0.0, 1.0],
                     "states_screened": screen["screened"] if screen else None,
                     "states_mixed": screen["mixed"] if screen else None,
@@ -329,5 +344,6 @@ def run_stage5(r: Recipe, gs: GrpoSettings) -> dict | None:
                     "loss_type": gs.loss_type, "scale_rewards": gs.scale_rewards, "beta": gs.beta, "lr": gs.lr,
                     "num_generations": gs.num_generations})
         write_json(stage.evaluation, row)
-    record_timing(r.run.train(), {name: round((screen["seconds"] if screen else 0) + log["train_seconds"], 1)}, chapter="06")
+    record_timing(r.run.train(), {name: round((screen["seconds"] if screen else 0) + log["train_seconds"], 1)},
+                  chapter="06")
     return row

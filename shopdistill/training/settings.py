@@ -22,8 +22,8 @@ def cpu_bf16() -> bool:
 # %% ../../nbs/05_supervised_stack/00_settings.ipynb #9cab5734
 @dataclass(frozen=True)
 class TinySettings:
-    """The tiny model of the unit tests and the ci profile (`train.base: tiny`): a byte-level BPE trained offline and a small
-    `Qwen3ForCausalLM` built from a config with random weights. It proves code paths, not results."""
+    """The tiny model of the unit tests and the ci profile (`train.base: tiny`): a byte-level BPE trained offline and a
+    small `Qwen3ForCausalLM` built from a config with random weights. It proves code paths, not results."""
     hidden: int = 128
     layers: int = 3
     heads: int = 4
@@ -127,7 +127,8 @@ class TeacherSettings:
 # %% ../../nbs/05_supervised_stack/00_settings.ipynb #da73cde7
 @dataclass(frozen=True)
 class EvalSettings:
-    "The held-out evaluation after every stage: held-out pool problems of the bank, greedy first sample, then sampled ones."
+    """The held-out evaluation after every stage: held-out pool problems of the bank, greedy
+    first sample, then sampled ones."""
     categories: list[str] = field(default_factory=lambda: ["product", "shop", "voucher"])
     n_problems: int = 75  # per category (the paper: N = 75)
     n_samples: int = 8  # sample 0 greedy (the ASR), 1..n-1 sampled (pass@k)
@@ -142,9 +143,10 @@ class EvalSettings:
 
 @dataclass(frozen=True)
 class ViewSettings:
-    """How the tools and their results are written into the model's context, the same for SFT, rollouts, GRPO and the miner:
-    `paper` shows the JSON schemas and each result as the tool returned it (cut at `max_tool_chars`); `compact` shows each tool
-    on one line and each result as one line per product, within a token budget (chapter 05, `training.rendering`)."""
+    """How the tools and their results are written into the model's context, the same for SFT, rollouts, GRPO and the
+    miner: `paper` shows the JSON schemas and each result as the tool returned it (cut at `max_tool_chars`); `compact`
+    shows each tool on one line and each result as one line per product, within a token budget
+    (chapter 05, `training.rendering`)."""
     style: str = "paper"  # paper | compact
     result_tokens: int = 0  # compact: the most tokens one tool result takes, whole lines kept (0: no budget)
 

@@ -28,8 +28,8 @@ def corpus_rows(rows, tok, tools: list | None = None) -> list[dict]:
 
 
 def per_problem_rows(rows, n: int) -> list:
-    """At most `n` rows of each problem, in rounds: every problem's first row, then every problem's second, ... (0: all rows,
-    in their order). A smoke corpus holds many trajectories of few problems; rounds keep the problems even."""
+    """At most `n` rows of each problem, in rounds: every problem's first row, then every problem's second, ... (0: all
+    rows, in their order). A smoke corpus holds many trajectories of few problems; rounds keep the problems even."""
     rows = list(rows)
     if n <= 0: return rows
     by = {}
@@ -56,8 +56,8 @@ def _sft_trainer_class():
 
 def sft_config(s: SftSettings, out_dir, max_length: int, *, lr: float | None = None,
                max_steps: int | None = None, cpu: bool | None = None):
-    """The SFTConfig of stages 1-3: the keywords every stage shares (`trainer_arguments`) and SFT's own, every setting that
-    matters written out (TRL's defaults change across releases)."""
+    """The SFTConfig of stages 1-3: the keywords every stage shares (`trainer_arguments`) and SFT's own, every setting
+    that matters written out (TRL's defaults change across releases)."""
     import torch
     from trl import SFTConfig
     cpu = (not torch.cuda.is_available()) if cpu is None else cpu
@@ -70,8 +70,8 @@ def sft_config(s: SftSettings, out_dir, max_length: int, *, lr: float | None = N
 
 def sft_trainer(model, tok, dataset, settings: TrainSettings, stage: StageFolder, *,
                 max_steps: int | None = None, lr: float | None = None):
-    """The SFTTrainer of stages 1-3 for `model` on `dataset` (SFT rows: `messages`, `tools`), checkpoints in the `trainer/`
-    of `stage`; built, not run (`sft` runs it; the dry run of `shopdistill train` only builds it)."""
+    """The SFTTrainer of stages 1-3 for `model` on `dataset` (SFT rows: `messages`, `tools`), checkpoints in the
+    `trainer/` of `stage`; built, not run (`sft` runs it; the dry run of `shopdistill train` only builds it)."""
     import datasets
     s = settings.sft
     ds = dataset if isinstance(dataset, datasets.Dataset) else datasets.Dataset.from_list(list(dataset))
@@ -84,8 +84,8 @@ def sft_trainer(model, tok, dataset, settings: TrainSettings, stage: StageFolder
 def sft(model, tok, dataset, settings: TrainSettings, stage: StageFolder, resume: bool = True, *,
         max_steps: int | None = None,
         lr: float | None = None) -> Path:
-    """Train `model` on `dataset` (SFT rows: `messages`, `tools`) with SFTTrainer into `stage` by `train_stage`: the policy
-    goes to its `model/` (returned); a stage that has one is not trained again when `resume`."""
+    """Train `model` on `dataset` (SFT rows: `messages`, `tools`) with SFTTrainer into `stage` by `train_stage`: the
+    policy goes to its `model/` (returned); a stage that has one is not trained again when `resume`."""
     return train_stage(stage, lambda: sft_trainer(model, tok, dataset, settings, stage, max_steps=max_steps, lr=lr),
                        tok, resume=resume)
 
@@ -93,7 +93,8 @@ def sft(model, tok, dataset, settings: TrainSettings, stage: StageFolder, resume
 def sweep_lr(make_model, tok, train_rows, eval_rows, settings: TrainSettings, sweep_dir) -> dict:
     """Each learning rate of `sft.lr_sweep` trains `sft.sweep_steps` from `make_model()` in a folder of its own under
     `sweep_dir` (a stage's `sweep`); returns {lr: corpus-eval loss} and the winner under "best". One value: no sweep.
-    Under a distributed launch every process trains the candidates and the main one measures them (the others get {})."""
+    Under a distributed launch every process trains the candidates and the main one
+    measures them (the others get {})."""
     s = settings.sft
     if len(s.lr_sweep) <= 1: return {"best": s.lr_sweep[0] if s.lr_sweep else s.lr}
     paths = {lr: sft(make_model(), tok, train_rows, settings, StageFolder(Path(sweep_dir) / f"lr-{lr:g}"),

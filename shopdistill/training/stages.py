@@ -30,9 +30,10 @@ from .trainer import is_main_process, shared_result
 # %% ../../nbs/05_supervised_stack/14_stage_table.ipynb #55ecb07f
 @dataclass
 class Recipe:
-    """What the stages of one run read, loaded once per process: the run, its `train` section, the sandbox (catalog and search
-    engine), the problem bank, the corpus (`DatasetDict`: train, eval), the held-out problems every stage is evaluated on, and
-    every held-out problem of the evaluated categories (stages 2-4 keep out of their leak clusters)."""
+    """What the stages of one run read, loaded once per process: the run, its `train` section, the sandbox (catalog and
+    search engine), the problem bank, the corpus (`DatasetDict`: train, eval), the held-out problems every stage is
+    evaluated on, and every held-out problem of the evaluated categories (stages 2-4 keep
+    out of their leak clusters)."""
     run: Run
     ts: TrainSettings
     catalog: object
@@ -45,7 +46,8 @@ class Recipe:
 
 
 def load_recipe(run: Run, ts: TrainSettings, catalog, search, tasks) -> Recipe:
-    "The `Recipe` of `run` with its `train` section `ts` and chapter 01's sections `catalog`, `search`, `tasks` (the sandbox)."
+    """The `Recipe` of `run` with its `train` section `ts` and chapter 01's sections `catalog`,
+    `search`, `tasks` (the sandbox)."""
     import datasets
     for path, chapter in ((run.bank(), "02 (the arena's problem bank)"), (run.corpus().dataset, "04 (the corpus)")):
         if not path.exists(): raise FileNotFoundError(f"{path} is missing: run chapters 00-04 of this profile first "
@@ -79,8 +81,8 @@ def record_timing(train: TrainFolder, seconds: dict, chapter: str = "05") -> Non
 
 def trained_settings(r: Recipe, ts: TrainSettings) -> TrainSettings:
     """The `train` section `ts` with stage 1's learning rate, the winner of its sweep, once stage 1 chose it: stages 2-3
-    continue at it. Stage 1 hands it on in `r.notes`; only a stage run alone (`shopdistill train --stage`, or a run resumed
-    after stage 1) reads it back from stage 1's `sweep.json`."""
+    continue at it. Stage 1 hands it on in `r.notes`; only a stage run alone (`shopdistill train --stage`, or a run
+    resumed after stage 1) reads it back from stage 1's `sweep.json`."""
     lr = r.notes.get("stage1_lr")
     if lr is None:
         s1 = r.run.stage("stage1_sft")
@@ -90,7 +92,8 @@ def trained_settings(r: Recipe, ts: TrainSettings) -> TrainSettings:
 
 # %% ../../nbs/05_supervised_stack/14_stage_table.ipynb #89c28664
 def stage_eval(r: Recipe, name: str, spec: str) -> dict | None:
-    "The held-out evaluation of the policy at `spec`, kept in the folder of stage `name`; its row (None outside the main process)."
+    """The held-out evaluation of the policy at `spec`, kept in the folder of stage `name`; its row
+    (None outside the main process)."""
     if not is_main_process(): return None
     stage = r.run.stage(name)
     if not stage.evaluation.exists():
@@ -102,7 +105,8 @@ def stage_eval(r: Recipe, name: str, spec: str) -> dict | None:
 
 
 def run_base(r: Recipe, ts: TrainSettings) -> dict | None:
-    "The base row: `train.base` (section `train`: `ts`), the policy stage 1 starts from, evaluated (stage folder `base`)."
+    """The base row: `train.base` (section `train`: `ts`), the policy stage 1 starts from,
+    evaluated (stage folder `base`)."""
     return stage_eval(r, "base", ts.base)
 
 # %% ../../nbs/05_supervised_stack/14_stage_table.ipynb #75f41aa2
@@ -122,8 +126,8 @@ def _sweep_best(s1: StageFolder) -> float:
 
 
 def run_stage1(r: Recipe, ts: TrainSettings) -> dict | None:
-    """Stage 1, SFT of `train.base` (section `train`: `ts`) on the corpus at the sweep's learning rate, into `stage1_sft`
-    unless it has a policy; its evaluation row."""
+    """Stage 1, SFT of `train.base` (section `train`: `ts`) on the corpus at the sweep's learning rate, into
+    `stage1_sft` unless it has a policy; its evaluation row."""
     s1, spec = r.run.stage("stage1_sft"), ts.base
     policy, tok = load_policy(spec, ts)
     rows = stage1_rows(r, tok)
@@ -140,8 +144,9 @@ def run_stage1(r: Recipe, ts: TrainSettings) -> dict | None:
 
 # %% ../../nbs/05_supervised_stack/14_stage_table.ipynb #070eac87
 def run_stage2(r: Recipe, ts: TrainSettings) -> dict | None:
-    """Stage 2: the stage-1 policy samples open-pool problems of the corpus's train split outside the evaluated clusters, its
-    successes continue the SFT (mixed with stage 1's rows); a stage with no success keeps stage 1's policy and evaluation."""
+    """Stage 2: the stage-1 policy samples open-pool problems of the corpus's train split outside the evaluated
+    clusters, its successes continue the SFT (mixed with stage 1's rows); a stage with no success keeps
+    stage 1's policy and evaluation."""
     ts, s1, s2 = trained_settings(r, ts), start_stage(r, "stage2_rejection"), r.run.stage("stage2_rejection")
     policy, tok = load_policy(str(s1.policy), ts)
     probs = rejection_problems(r.bank, set(r.corpus["train"]["problem_id"]),
@@ -157,7 +162,8 @@ def run_stage2(r: Recipe, ts: TrainSettings) -> dict | None:
 
 
 def run_stage3(r: Recipe, ts: TrainSettings) -> dict | None:
-    "Stage 3: the teacher plays the race bank (open-pool problems outside every held-out cluster); its successes continue the SFT."
+    """Stage 3: the teacher plays the race bank (open-pool problems outside every held-out cluster); its
+    successes continue the SFT."""
     ts, s2, s3 = trained_settings(r, ts), start_stage(r, "stage3_teacher"), r.run.stage("stage3_teacher")
     policy, tok = load_policy(str(s2.policy), ts)
     held = {p.get("cluster") for p in r.heldout}  # the teacher plays the race bank only: no held-out cluster at all
@@ -204,8 +210,9 @@ def run_stage4(r: Recipe, ks: KtoSettings) -> dict | None:
 
 # %% ../../nbs/05_supervised_stack/14_stage_table.ipynb #90b7342d
 def run_stage(name: str, r: Recipe, settings) -> dict | None:
-    """Stage `name` (a name or alias of `core.run.RECIPE`) on the recipe `r`, given the section of the profile's `settings`
-    (`reproduce.settings.Settings`, or anything holding the sections as attributes) the stage names; its evaluation row."""
+    """Stage `name` (a name or alias of `core.run.RECIPE`) on the recipe `r`, given the section of the profile's
+    `settings` (`reproduce.settings.Settings`, or anything holding the sections as attributes) the
+    stage names; its evaluation row."""
     st = find_stage(name)
     section = getattr(settings, st.section)
     return st.runner()(r, replace(section, **dict(st.options)) if st.options else section)
@@ -215,12 +222,14 @@ TIMED_CHAPTERS = ("05", "06")  # the chapters that write `train.timing(chapter)`
 
 
 def stage_table(train: TrainFolder) -> list[dict]:
-    "The rows of every stage of `train` (a run's `train()` folder) with an evaluation, in recipe order (`RECIPE`; others last, by name)."
+    """The rows of every stage of `train` (a run's `train()` folder) with an evaluation, in recipe order
+    (`RECIPE`; others last, by name)."""
     return [json.loads(s.evaluation.read_text()) for s in train.stages() if s.evaluation.is_file()]
 
 
 def stage_differences(train: TrainFolder, rows: list[dict], seed: int = 0) -> list[dict | None]:
-    "For each row after the first: the paired bootstrap of its greedy successes against the previous row's, same problems."
+    """For each row after the first: the paired bootstrap of its greedy successes against the
+    previous row's, same problems."""
     def greedy(stage):
         eps = read_episodes(train.stage(stage).episodes)
         return {e["problem_id"]: float(e["success"]) for e in eps if e["sample"] == 0}
@@ -243,8 +252,8 @@ def stage_timing(train: TrainFolder) -> dict:
 
 # %% ../../nbs/05_supervised_stack/14_stage_table.ipynb #2593e296
 def stage_frame(train: TrainFolder):
-    """The stage table of a run's `train()` folder as a DataFrame (ASR with Wilson 95%, pass@k, call and id rates, seconds,
-    paired bootstrap vs the previous stage); also written to its `stages.json` (`train.table`)."""
+    """The stage table of a run's `train()` folder as a DataFrame (ASR with Wilson 95%, pass@k, call and id rates,
+    seconds, paired bootstrap vs the previous stage); also written to its `stages.json` (`train.table`)."""
     import pandas as pd
     rows = stage_table(train)
     diffs = stage_differences(train, rows)

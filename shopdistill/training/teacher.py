@@ -23,7 +23,8 @@ from .trainer import is_main_process
 
 # %% ../../nbs/05_supervised_stack/12_teacher.ipynb #b3e7ec69
 def teacher_trajectory(problem: dict, engine, step_cap: int = 30) -> dict:
-    "The reference agent on one problem, as a canonical conversation with its outcome (`success` under production_strict)."
+    """The reference agent on one problem, as a canonical conversation with its outcome
+    (`success` under production_strict)."""
     env = ShoppingEnv(engine, step_cap=step_cap)
     env.reset(**problem)
     steps = ReferenceAgent().run(env, problem["query"])
@@ -54,8 +55,8 @@ def teacher_rows(problems: list[dict], engine, tok, settings: TrainSettings, too
 
 def teacher_sft(model, tok, problems: list[dict], engine, settings: TrainSettings,
                 stage: StageFolder, resume: bool = True) -> tuple[Path, dict]:
-    """Stage 3 in `stage`: the reference agent's successes on race-bank problems continue the SFT. Returns (policy folder,
-    counts: also its `teacher.json`)."""
+    """Stage 3 in `stage`: the reference agent's successes on race-bank problems continue the SFT. Returns (policy
+    folder, counts: also its `teacher.json`)."""
     stage.make()
     if resume and stage.has_policy and stage.teacher.is_file():
         return stage.policy, json.loads(stage.teacher.read_text())

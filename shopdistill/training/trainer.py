@@ -28,14 +28,17 @@ def peft_config(s: LoraSettings):
 
 
 def bf16_autocast(asked: bool, cpu: bool) -> bool:
-    "Whether a trainer runs in bf16: where its settings ask, on a GPU or on a CPU that computes bf16 natively (`cpu_bf16`)."
+    """Whether a trainer runs in bf16: where its settings ask, on a GPU or on a CPU that computes
+    bf16 natively (`cpu_bf16`)."""
     return bool(asked and (not cpu or cpu_bf16()))
 
 
-def trainer_arguments(s: OptimSettings, out_dir, *, cpu: bool, lr: float | None = None, max_steps: int | None = None) -> dict:
+def trainer_arguments(s: OptimSettings, out_dir, *, cpu: bool, lr: float | None = None,
+                      max_steps: int | None = None) -> dict:
     """The keywords of a TRL config that every stage takes from its settings `s` (an `OptimSettings`: `SftSettings`,
-    `KtoSettings` or `GrpoSettings`): AdamW and its betas, the schedule, the batch, precision (`bf16_autocast`), seeds, checkpoints under
-    `out_dir` and logging. `lr` and `max_steps` replace the settings' own (the sweep, stages 2 and 3)."""
+    `KtoSettings` or `GrpoSettings`): AdamW and its betas, the schedule, the batch, precision (`bf16_autocast`), seeds,
+    checkpoints under `out_dir` and logging. `lr` and `max_steps` replace the settings' own
+    (the sweep, stages 2 and 3)."""
     return dict(output_dir=str(out_dir), learning_rate=s.lr if lr is None else lr, lr_scheduler_type=s.scheduler,
                 warmup_steps=float(s.warmup_ratio),  # a float in [0, 1) is a ratio (transformers 5)
                 weight_decay=s.weight_decay, max_grad_norm=s.max_grad_norm, optim="adamw_torch",
@@ -73,7 +76,8 @@ def last_checkpoint(folder) -> str | None:
 
 
 def progress_callback(desc: str):
-    "A TrainerCallback that shows a trainer's steps as a `core.progress` bar (rate, estimate), the trainers' own bars being off."
+    """A TrainerCallback that shows a trainer's steps as a `core.progress` bar (rate, estimate), the
+    trainers' own bars being off."""
     from transformers import TrainerCallback
 
     class _Bar(TrainerCallback):
@@ -92,7 +96,8 @@ def progress_callback(desc: str):
 
 # %% ../../nbs/05_supervised_stack/09_trainer.ipynb #ce5a74e3
 def process_rank() -> tuple[int, int]:
-    "(rank, number of processes) of a distributed launch (`accelerate launch`, `torchrun` set `RANK` and `WORLD_SIZE`); (0, 1) otherwise."
+    """(rank, number of processes) of a distributed launch (`accelerate launch`, `torchrun` set `RANK` and
+    `WORLD_SIZE`); (0, 1) otherwise."""
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
@@ -102,8 +107,9 @@ def is_main_process() -> bool:
 
 
 def shared_result(path, make, read, current=None, poll_s: float = 2.0):
-    """What every process needs from one computation: `read(path)` when `path` holds it (and `current(path)` says it is of these
-    settings), else the main process runs `make()`, which writes `path` and returns the result, and the others wait for it."""
+    """What every process needs from one computation: `read(path)` when `path` holds it (and `current(path)` says it is
+    of these settings), else the main process runs `make()`, which writes `path` and returns the result,
+    and the others wait for it."""
     path, current = Path(path), current or (lambda p: True)
     if path.exists() and current(path): return read(path)
     if is_main_process(): return make()
@@ -112,9 +118,9 @@ def shared_result(path, make, read, current=None, poll_s: float = 2.0):
 
 # %% ../../nbs/05_supervised_stack/09_trainer.ipynb #82f83030
 def _trained_model(trainer, stage: StageFolder):
-    """The trained model with whole weights in the main process: the trainer's own, except under DeepSpeed ZeRO-3, where each
-    process holds a shard. There every process takes part in `save_model` (which gathers the weights into `stage.gathered`) and
-    the main process loads them back (with the LoRA adapter, when the stage trains one)."""
+    """The trained model with whole weights in the main process: the trainer's own, except under DeepSpeed ZeRO-3, where
+    each process holds a shard. There every process takes part in `save_model` (which gathers the weights into
+    `stage.gathered`) and the main process loads them back (with the LoRA adapter, when the stage trains one)."""
     plugin = getattr(getattr(getattr(trainer, "accelerator", None), "state", None), "deepspeed_plugin", None)
     if plugin is None or getattr(plugin, "zero_stage", 0) != 3: return trainer.model
     trainer.save_model(str(stage.gathered))
@@ -127,9 +133,10 @@ def _trained_model(trainer, stage: StageFolder):
 
 
 def train_stage(stage: StageFolder, make_trainer, tok, *, resume: bool = True, info=None) -> Path:
-    """The policy of `stage` (a run's `run.stage(name)`, or a `StageFolder` of its own): unless `resume` finds one there already, the trainer `make_trainer()`
-    builds trains (from the last checkpoint under `stage.trainer` when `resume`), `stage.train_log` is written, then the
-    policy (`save_policy` to `stage.policy`). `info`: what the stage adds to its log, a dict or a function of the trainer."""
+    """The policy of `stage` (a run's `run.stage(name)`, or a `StageFolder` of its own): unless `resume` finds one there
+    already, the trainer `make_trainer()` builds trains (from the last checkpoint under `stage.trainer` when `resume`),
+    `stage.train_log` is written, then the policy (`save_policy` to `stage.policy`). `info`: what the stage adds to its
+    log, a dict or a function of the trainer."""
     if resume and stage.has_policy: return stage.policy
     stage.make()
     # a rollout engine left open (an evaluation, rejection sampling) holds most of the GPU the trainer needs
