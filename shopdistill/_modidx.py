@@ -1521,6 +1521,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                                  'shopdistill/results/loop.py'),
                                           'shopdistill.results.loop.CheckpointMiner.agent_main': ( '07_results/loop.html#checkpointminer.agent_main',
                                                                                                    'shopdistill/results/loop.py'),
+                                          'shopdistill.results.loop.CheckpointMiner.prefetch': ( '07_results/loop.html#checkpointminer.prefetch',
+                                                                                                 'shopdistill/results/loop.py'),
                                           'shopdistill.results.loop.GreedyMemo': ( '07_results/loop.html#greedymemo',
                                                                                    'shopdistill/results/loop.py'),
                                           'shopdistill.results.loop.GreedyMemo.__call__': ( '07_results/loop.html#greedymemo.__call__',

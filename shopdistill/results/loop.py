@@ -9,13 +9,14 @@ __all__ = ['LoopSettings', 'last_checkpoint_stage', 'GreedyMemo', 'CheckpointMin
 # %% ../../nbs/07_results/05_loop.ipynb #2cbd40aa
 import hashlib
 import itertools
+import random
 import time
 from dataclasses import dataclass, replace
 from ..arena.miners import MinerSpec, VARIANTS
 from ..mechanics.rules import ArenaSettings
 from ..arena.season import (AgentVersion, ArenaTracesSettings, Season, clear_state, fake_hotkey, race_bank,
                                       run_work, set_state)
-from ..arena.tool_client import current_client, episode_env
+from ..arena.tool_client import InProcessToolClient, SearchCache, SimClock, current_client, episode_env
 from ..core.progress import progress as progress_bar
 from ..core.run import Run, TrainFolder, stage_names
 from .tex import Quoted, booktabs
@@ -133,6 +134,19 @@ class CheckpointMiner:
         return hook.steps
     __call__ = agent_main
 
+    def prefetch(self, problems: list[dict], env_of, *, batch_size: int = 64, bar=None) -> int:
+        """Play `problems` (each with `id` and `query`) side by side, a round of turns at a time, each in an environment
+        from `env_of()`, so that a greedy miner's memo already holds the completions the validators' one-problem-at-a-
+        time runs will ask for. Nothing is billed or recorded here; a turn whose prompt comes out different in the
+        real run is generated then. Returns the completions generated (0 for a sampling miner, which has no memo)."""
+        if not isinstance(self.generate, GreedyMemo) or not problems: return 0
+        before = self.generate.misses
+        eps = [new_episode({"id": p["id"], "query": p["query"]}, 0, env_of(), f"prefetch/{p['id']}") for p in problems]
+        turns = Turns(self.tok, self.tools, temperature=0.0, top_p=1.0, seed=self.seed, greedy_first=False,
+                      max_new_tokens=self.max_new_tokens, max_prompt_tokens=self.max_prompt_tokens)
+        play_rounds(self.generate, self.model, eps, turns, batch_size=batch_size, kv=self.kv, bar=bar)
+        return self.generate.misses - before
+
 # %% ../../nbs/07_results/05_loop.ipynb #ad8f6d42
 class LoopSeason(Season):
     "Chapter 02's season plus one hotkey whose single version is an external agent (the distilled checkpoint)."
@@ -204,14 +218,26 @@ def run_loop(run: Run, traces: ArenaTracesSettings, rules: ArenaSettings, catalo
     # its label in the season's tables: an agentic miner (it writes its own tool calls); the spec itself is never run
     season = LoopSeason(st, rules, bank, labels, pools, suites,
                         MinerSpec.make("agentic", sorted(VARIANTS["agentic"])[0]))
-    set_state(products, engine, {p["id"]: p for p in bank}, st, agents={season.entrant.version_id: miner})
+    problems = {p["id"]: p for p in bank}
+    set_state(products, engine, problems, st, agents={season.entrant.version_id: miner})
+    cache = SearchCache(engine)
+    def run_many(works):
+        # the entrant's problems of this phase played side by side first (`CheckpointMiner.prefetch`)
+        mine = sorted({pid for w in works if w["version"].version_id == season.entrant.version_id
+                       for pid in w["problem_ids"]})
+        with progress_bar(len(mine), "loop: the checkpoint's problems side by side", unit="problem",
+                          disable=not progress or not mine) as bar:
+            miner.prefetch([problems[pid] for pid in mine], lambda: episode_env(
+                InProcessToolClient(cache, SimClock(0), random.Random(0)), miner.step_cap), batch_size=ro.batch_size,
+                bar=bar)
+        return map(run_work, works)
     writer, days = _CountingWriter(), []
     # the season decides how many problems the checkpoint plays (qualifying, then a race if it qualifies): no total
     if progress:
         miner.bar = progress_bar(None, "loop: the checkpoint's problems", unit="problem")
     try:
         for d in range(st.days):
-            days.append(season.day(d, lambda ws: map(run_work, ws), writer))
+            days.append(season.day(d, run_many, writer))
             if progress:
                 me = [r for r in season.race_rows
                       if r["day"] == d and r["agent_version_id"] == season.entrant.version_id
