@@ -199,3 +199,15 @@ def test_a_turn_hook_sees_each_completion_before_its_tool_calls_run(world):
     play_rounds(scripted, None, [ep], turns, batch_size=1)
     assert events == [("generated", 0, True), ("played", 1, ["["]), ("generated", 1, True), ("played", 1, [])]
     assert ep["done"] and ep["end"] == "no_tool_call" and not env.done
+
+
+def test_tool_descriptions_are_one_paragraph_of_their_docstrings():
+    """The tools' descriptions are read from the ShoppingEnv methods' docstrings (transformers' `get_json_schema`, as TRL
+    builds them) and go into every prompt: re-wrapping a docstring must not put a line break into what the model reads
+    (one did once, and moved stage 1 from 20 to 22 of 75 held-out problems)."""
+    from shopdistill.training.rendering import tool_schemas_for_training
+    texts = []
+    for t in tool_schemas_for_training():
+        f = t["function"]
+        texts += [f["description"], *(p["description"] for p in f["parameters"]["properties"].values())]
+    assert texts and all(s.strip() and "\n" not in s and "  " not in s for s in texts), texts

@@ -89,8 +89,7 @@ def view_product_information(self, product_ids: str) -> str:
 
 @patch_to(ShoppingEnv)
 def recommend_product(self, product_ids: str) -> str:
-    """Recommend the products that answer the request; call it once, with the ids in the
-    order the request names the items.
+    """Recommend the products that answer the request; call it once, with the ids in the order the request names the items.
 
     Args:
         product_ids: Comma-separated product ids, e.g. "1000000001,1000000004".
