@@ -193,3 +193,39 @@ def test_a_view_style_outside_the_two_is_refused():
     from shopdistill.training.settings import ViewSettings
     with pytest.raises(ValueError, match="view.style must be paper or compact, got 'tabular'"):
         ViewSettings(style="tabular")
+
+
+@pytest.fixture
+def thoughtless(policy):
+    "The module's tokenizer under the paper's view without the reasoning (`train.view.think: false`, the smoke profile's)."
+    _, tok = policy
+    saved = tok.agent_view
+    tok.agent_view = {"style": "paper", "result_tokens": 0, "think": False}
+    yield tok
+    tok.agent_view = saved
+
+
+def test_a_view_without_thinking_trains_and_prompts_no_reasoning(thoughtless, tools):
+    "SFT targets and every later turn's prompt lose the reasoning, and the prompts are still prefixes of the SFT rendering."
+    from trl.chat_template_utils import get_training_chat_template
+    tok, msgs = thoughtless, conversation()
+    row = sft_row(tok, msgs, tools)
+    enc = tok.apply_chat_template(row["messages"], tools=json.loads(row["tools"]), chat_template=get_training_chat_template(tok),
+                                  tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    full_text = tok.decode(enc["input_ids"])
+    trained = tok.decode([t for t, m in zip(enc["input_ids"], enc["assistant_masks"]) if m])
+    for m in msgs:
+        if m["role"] == "assistant": assert m["reasoning_content"] not in full_text
+    assert '"name": "recommend_product"' in trained and "I'll search" not in trained
+    for t, m in enumerate(msgs):
+        if m["role"] == "assistant":
+            text, ids = render_prompt(tok, msgs[:t], tools)
+            assert full_text.startswith(text) and "top result" not in text
+    # the same conversation under the default view keeps it: the setting, not the template, removed it
+    tok.agent_view = {"style": "paper"}
+    assert "I'll search for 'red mug'." in render_prompt(tok, msgs, tools, add_generation_prompt=False)[0]
+
+
+def test_smoke_trains_without_reasoning_and_full_with_it():
+    from shopdistill.reproduce.settings import load_config
+    assert (load_config("smoke").train.view.think, load_config("full").train.view.think) == (False, True)

@@ -163,12 +163,13 @@ def race_bank(tasks, catalog, rules, settings: ArenaTracesSettings) -> tuple[lis
 # %% ../../nbs/02_arena_traces/05_season.ipynb #4e6afa09
 _STATE = {}  # the season's shared read-only state: catalog, cache, problems by id, settings, limits
 
-def set_state(catalog, engine, problems: dict, settings: ArenaTracesSettings, agents: dict | None = None):
+def set_state(catalog, engine, problems: dict, settings: ArenaTracesSettings, agents: dict | None = None,
+              cache: SearchCache | None = None):
     """Install the season's shared state in this process (workers inherit it when forked). `agents` maps an agent
     version id to an agent of its own (chapter 07's distilled checkpoint re-entering a season); every
-    other version is simulated."""
+    other version is simulated. `cache`: the searches' memo over `engine`, when a caller shares it (None: a new one)."""
     _STATE.clear()
-    _STATE.update(catalog=catalog, cache=SearchCache(engine), problems=problems, settings=settings,
+    _STATE.update(catalog=catalog, cache=cache if cache is not None else SearchCache(engine), problems=problems, settings=settings,
                   agents=dict(agents or {}), limits=Limits(settings.problem_timeout_s, settings.suite_timeout_s,
                                                            settings.step_cap,
                                 2 * settings.step_cap))

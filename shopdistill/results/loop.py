@@ -125,15 +125,18 @@ class CheckpointMiner:
         ep = new_episode({"id": pid, "query": problem["query"]}, 0, episode_env(client, self.step_cap),
                          f"{pid}#{next(self._episode)}")
         hook = _MinerTurns(self, client)
-        turns = Turns(self.tok, self.tools, temperature=self.temperature, top_p=self.top_p, seed=self.seed,
-                      greedy_first=False,
-                      max_new_tokens=self.max_new_tokens, max_prompt_tokens=self.max_prompt_tokens, hook=hook)
-        try: play_rounds(self.generate, self.model, [ep], turns, batch_size=1, kv=self.kv)
+        try: play_rounds(self.generate, self.model, [ep], self.turns_of(hook), batch_size=1, kv=self.kv)
         finally:
             if self.kv is not None: self.kv.drop(ep["trajectory_id"])
         if self.bar is not None: self.bar.update(1); self.bar.set_postfix(model_calls=self.turns, refresh=False)
         return hook.steps
     __call__ = agent_main
+
+    def turns_of(self, hook=None) -> Turns:
+        "How this miner plays a turn (sampling, budgets); `hook` bills and records it (None: nothing is)."
+        return Turns(self.tok, self.tools, temperature=self.temperature, top_p=self.top_p, seed=self.seed,
+                     greedy_first=False, max_new_tokens=self.max_new_tokens, max_prompt_tokens=self.max_prompt_tokens,
+                     hook=hook)
 
 
 # %% ../../nbs/07_results/05_loop.ipynb #6c8da50d
@@ -146,9 +149,7 @@ def prefetch(self: CheckpointMiner, problems: list[dict], env_of, *, batch_size:
     if not isinstance(self.generate, GreedyMemo) or not problems: return 0
     before = self.generate.misses
     eps = [new_episode({"id": p["id"], "query": p["query"]}, 0, env_of(), f"prefetch/{p['id']}") for p in problems]
-    turns = Turns(self.tok, self.tools, temperature=0.0, top_p=1.0, seed=self.seed, greedy_first=False,
-                  max_new_tokens=self.max_new_tokens, max_prompt_tokens=self.max_prompt_tokens)
-    play_rounds(self.generate, self.model, eps, turns, batch_size=batch_size, kv=self.kv, bar=bar)
+    play_rounds(self.generate, self.model, eps, self.turns_of(), batch_size=batch_size, kv=self.kv, bar=bar)
     return self.generate.misses - before
 
 # %% ../../nbs/07_results/05_loop.ipynb #ad8f6d42
@@ -202,12 +203,12 @@ def placing(races, entrant: str) -> list[dict]:
 # %% ../../nbs/07_results/05_loop.ipynb #1c1d3631
 class PrefetchingRunner:
     """A season's `run_many` (`Season.day` hands it each phase's units of work) that first plays the `entrant`'s problems
-    of the phase side by side (`CheckpointMiner.prefetch`, each in a fresh tool client over `engine`'s searches), then
-    runs every unit in order with chapter 02's `run_work`."""
-    def __init__(self, miner, entrant: str, problems: dict, engine, batch_size: int, progress: bool = True):
+    of the phase side by side (`CheckpointMiner.prefetch`, each in a fresh tool client over `cache`, the season's
+    `SearchCache`), then runs every unit in order with chapter 02's `run_work`."""
+    def __init__(self, miner, entrant: str, problems: dict, cache, batch_size: int, progress: bool = True):
         self.miner, self.entrant, self.problems, self.batch_size, self.progress = (miner, entrant, problems,
                                                                                    batch_size, progress)
-        self.cache = SearchCache(engine)
+        self.cache = cache
 
     def mine(self, works: list) -> list[str]:
         "The entrant's problem ids among `works`, once each."
@@ -247,8 +248,9 @@ def run_loop(run: Run, traces: ArenaTracesSettings, rules: ArenaSettings, catalo
     season = LoopSeason(st, rules, bank, labels, pools, suites,
                         MinerSpec.make("agentic", sorted(VARIANTS["agentic"])[0]))
     problems = {p["id"]: p for p in bank}
-    set_state(products, engine, problems, st, agents={season.entrant.version_id: miner})
-    run_many = PrefetchingRunner(miner, season.entrant.version_id, problems, engine, ro.batch_size, progress)
+    cache = SearchCache(engine)  # one memo of the searches for the validators' runs and the prefetch alike
+    set_state(products, engine, problems, st, agents={season.entrant.version_id: miner}, cache=cache)
+    run_many = PrefetchingRunner(miner, season.entrant.version_id, problems, cache, ro.batch_size, progress)
     writer, days = _CountingWriter(), []
     # the season decides how many problems the checkpoint plays (qualifying, then a race if it qualifies): no total
     if progress:

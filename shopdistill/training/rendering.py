@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['ELIDED', 'HIT_HEADER', 'tool_schemas_for_training', 'fit_messages', 'template_messages', 'render_prompt',
-           'compact_tool', 'compact_result', 'budget_lines', 'agent_view', 'view_state', 'token_parts', 'sft_row',
-           'parse_assistant']
+           'compact_tool', 'compact_result', 'budget_lines', 'agent_view', 'view_state', 'without_thinking',
+           'token_parts', 'sft_row', 'parse_assistant']
 
 # %% ../../nbs/05_supervised_stack/01_rendering.ipynb #68356bf9
 import inspect
@@ -70,7 +70,15 @@ def render_prompt(tok, messages: list, tools: list, *, max_tool_chars="auto",
 
 def _templated(tok, msgs: list, tools: list, add_generation_prompt: bool) -> tuple[str, list[int]]:
     "(text, ids) of messages and tools already in the view: the chat template, then the tokenizer."
-    text = tok.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt)
+    template = None  # the tokenizer's own (Qwen3's)
+    # TRL's training template, which SFT and KTO render with, writes a think block into every assistant turn, Qwen3's
+    # into the last one and those with reasoning only: the two agree while every turn has reasoning, so a view
+    # without it renders with the training template, or prompts would not be prefixes of what was trained
+    if not agent_view(tok).get("think", True):
+        from trl.chat_template_utils import get_training_chat_template
+        template = get_training_chat_template(tok)
+    text = tok.apply_chat_template(msgs, tools=tools, chat_template=template, tokenize=False,
+                                   add_generation_prompt=add_generation_prompt)
     return text, tok(text, add_special_tokens=False)["input_ids"]
 
 # %% ../../nbs/05_supervised_stack/01_rendering.ipynb #b206a2be
@@ -139,14 +147,20 @@ def agent_view(tok) -> dict:
 def view_state(tok, messages: list, tools: list, max_tool_chars="auto") -> tuple[list, list]:
     """(messages, tools) as the model sees them under the tokenizer's view (`tok.agent_view`, from `train.view`):
     `paper` fits the tool results to `max_tool_chars` (`"auto"`: the tokenizer's setting); `compact`
-    rewrites tools and results."""
+    rewrites tools and results; `think: False` drops the assistant's reasoning."""
     view = agent_view(tok)
     msgs = template_messages(messages)
+    if not view.get("think", True): msgs = without_thinking(msgs)
     if view["style"] != "compact": return fit_messages(msgs, _fit_limit(tok, max_tool_chars)), tools
     budget = view.get("result_tokens") or 0
     msgs = [{**m, "content": budget_lines(tok, compact_result(m.get("name", ""), m["content"]), budget)}
             if m.get("role") == "tool" and isinstance(m.get("content"), str) else m for m in msgs]
     return msgs, [compact_tool(t) for t in tools]
+
+# %% ../../nbs/05_supervised_stack/01_rendering.ipynb #01310ad6
+def without_thinking(messages: list) -> list:
+    "The messages with every assistant turn's reasoning emptied (its text and tool calls kept); others unchanged."
+    return [{**m, "reasoning_content": ""} if m.get("role") == "assistant" else m for m in messages]
 
 # %% ../../nbs/05_supervised_stack/01_rendering.ipynb #eeeffba6
 def token_parts(tok, messages: list, tools: list) -> dict:

@@ -145,10 +145,11 @@ class EvalSettings:
 class ViewSettings:
     """How the tools and their results are written into the model's context, the same for SFT, rollouts, GRPO and the
     miner: `paper` shows the JSON schemas and each result as the tool returned it (cut at `max_tool_chars`); `compact`
-    shows each tool on one line and each result as one line per product, within a token budget
-    (chapter 05, `training.rendering`)."""
+    shows each tool on one line and each result as one line per product, within a token budget; `think` keeps or
+    drops the assistant's reasoning (chapter 05, `training.rendering`)."""
     style: str = "paper"  # paper | compact
     result_tokens: int = 0  # compact: the most tokens one tool result takes, whole lines kept (0: no budget)
+    think: bool = True  # False: every assistant turn without its reasoning, in SFT targets and in prompts alike
 
     def __post_init__(self):
         if self.style not in ("paper", "compact"): raise ValueError("view.style must be paper or compact, got "
