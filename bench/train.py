@@ -16,7 +16,7 @@ layer (the plain way), and LoRA (`train.sft.lora_r`, all linear layers) with los
 conversations cut at `train.max_length` after context fitting; where the CPU computes bf16 natively (AMX, AVX512-BF16) also
 full fine-tuning under bf16 autocast (what `sft.bf16: true` trains with there). First it counts the tokens of every stage-1
 conversation in the paper's rendering (whole results), in the old smoke's (results cut at 300 characters) and in the
-profile's view (`train.view`). Rollout speed of a real base: bench/rollout.py.
+profile's view (`train.view`, e.g. without the reasoning), beside the compact view measured and set aside. Rollout speed of a real base: bench/rollout.py.
 Needs the smoke run's corpus and bank (`make reproduce` chapters 00-04).
 """
 import argparse, json, random, resource, sys, time
@@ -90,11 +90,15 @@ def rollout_speed(model, tok, prompts, bs, new_tokens, batched):
 
 
 def view_tokens(ts, rows) -> dict:
-    "Mean, median and max tokens of `rows` (stage 1's conversations) in three renderings under the base's tokenizer."
+    "Mean, median and max tokens of `rows` (stage 1's conversations) in four renderings under the base's tokenizer."
     tok, tools, out = load_tokenizer(ts.base, ts), tool_schemas_for_training(), {}  # no weights: only tokens are counted
     mine = dict(tok.agent_view)
-    for name, view, chars in (("paper, whole results", {"style": "paper"}, None), ("paper, results cut at 300 chars", {"style": "paper"}, 300),
-                              (f"this profile ({mine['style']}, {mine.get('result_tokens') or 'no'} tokens a result)", mine, None)):
+    said = (f"this profile ({mine['style']}, results cut at {ts.max_tool_chars} chars, "
+            f"{'with' if mine.get('think', True) else 'without'} reasoning)")
+    for name, view, chars in (("paper, whole results", {"style": "paper"}, None),
+                              ("paper, results cut at 300 chars", {"style": "paper"}, 300),
+                              ("compact, 300 tokens a result", {"style": "compact", "result_tokens": 300}, None),
+                              (said, mine, ts.max_tool_chars)):
         tok.agent_view, tok.max_tool_chars = view, chars
         n = [len(render_prompt(tok, r["messages"], tools, add_generation_prompt=False)[1]) for r in rows]
         out[name] = {"mean": float(np.mean(n)), "median": float(np.median(n)), "max": int(max(n)), "conversations": len(n)}
