@@ -20,6 +20,7 @@ profile's view (`train.view`, e.g. without the reasoning), beside the compact vi
 Needs the smoke run's corpus and bank (`make reproduce` chapters 00-04).
 """
 import argparse, json, random, resource, sys, time
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -118,7 +119,7 @@ def base_sft(a, ts, rows):
     if cpu_bf16(): modes.insert(1, ("full, loss positions, bf16 autocast", False, True, True))
     for name, lora, positions_only, bf16 in modes:
         model, tok = load_policy(ts.base, ts)  # a fresh copy per row: each row's optimizer state starts empty
-        if lora: model = get_peft_model(model, peft_config(ts.sft))
+        if lora: model = get_peft_model(model, peft_config(replace(ts.sft, lora=True)))  # the profile's LoRA settings, on
         if examples is None:  # the same tokenizer every row: encoded once
             examples = [encode(tok, sft_row(tok, r["messages"], tools), ts.max_length) for r in rows]
             n = sum(p.numel() for p in model.parameters())
@@ -161,7 +162,7 @@ def main():
         from shopdistill.training.sft import per_problem_rows
         keep = [i for i, c in enumerate(train["category"]) if c in ts.sft.categories]  # what stage 1 trains on
         stage1 = per_problem_rows([from_arrow_row(train[i]) for i in keep], ts.sft.per_problem)
-        print("Tokens of stage 1's conversations, rendered three ways:")
+        print("Tokens of stage 1's conversations, rendered four ways:")
         view_tokens(ts, stage1)
         print()
         base_sft(a, ts, stage1[: a.examples])

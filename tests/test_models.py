@@ -152,14 +152,18 @@ def test_both_profiles_have_a_valid_train_section():
     assert "base" in smoke.eval.sampled and smoke.eval.sampled_problems == 30
 
 
+def under_view(policy, view: dict):
+    "The module's tokenizer under `view` for one test; its own view comes back after."
+    _, tok = policy
+    saved, tok.agent_view = tok.agent_view, view
+    yield tok
+    tok.agent_view = saved
+
+
 @pytest.fixture
 def compact(policy):
     "The module's tokenizer under the compact view, 120 tokens a result (ids split into digits): the header and two of the page's three products fit."
-    _, tok = policy
-    saved = tok.agent_view
-    tok.agent_view = {"style": "compact", "result_tokens": 120}
-    yield tok
-    tok.agent_view = saved
+    yield from under_view(policy, {"style": "compact", "result_tokens": 120})
 
 
 def test_compact_view_is_one_rendering_for_sft_and_rollouts(compact, tools):
@@ -198,11 +202,7 @@ def test_a_view_style_outside_the_two_is_refused():
 @pytest.fixture
 def thoughtless(policy):
     "The module's tokenizer under the paper's view without the reasoning (`train.view.think: false`, the smoke profile's)."
-    _, tok = policy
-    saved = tok.agent_view
-    tok.agent_view = {"style": "paper", "result_tokens": 0, "think": False}
-    yield tok
-    tok.agent_view = saved
+    yield from under_view(policy, {"style": "paper", "result_tokens": 0, "think": False})
 
 
 def test_a_view_without_thinking_trains_and_prompts_no_reasoning(thoughtless, tools):
