@@ -85,8 +85,7 @@ class _MinerTurns(TurnHook):
     def generated(self, ep, prompt, completion):
         m = self.miner
         self.client.simulate_inference(prompt, m.tok.decode(completion, skip_special_tokens=True),
-                                       max_tokens=m.max_new_tokens,
-                                       tokens_per_s=m.tokens_per_s)
+                                       max_tokens=m.max_new_tokens, tokens_per_s=m.tokens_per_s)
         m.turns += 1
 
     def played(self, ep, msg, results):
@@ -102,8 +101,7 @@ class CheckpointMiner:
     through the installed tool client."""
     def __init__(self, model, tok, *, step_cap: int = 25, max_new_tokens: int = 192, max_prompt_tokens: int = 4096,
                  temperature: float = 0.0, top_p: float = 1.0, tokens_per_s: float = 60.0, seed: int = 0,
-                 backend: str = "transformers",
-                 kv_reuse: bool | None = None):
+                 backend: str = "transformers", kv_reuse: bool | None = None):
         # `backend`: a rollout backend's name, or a function with their signature (tests script completions with one)
         self.model, self.tok, self.generate = model, tok, backend if callable(backend) else BACKENDS[backend]
         # validators replay the suite: each turn runs once
