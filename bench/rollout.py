@@ -109,7 +109,7 @@ def main():
     ap.add_argument("--json", default=None, help="write the results here too")
     a = ap.parse_args()
     import datasets, torch
-    from shopdistill.core.run import find_stage
+    from shopdistill.training.recipe import find_stage
     from shopdistill.reproduce.settings import load_config
     from shopdistill.core.progress import quiet_libraries
     from shopdistill.training.policy import load_policy

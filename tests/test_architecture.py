@@ -7,6 +7,7 @@ from pathlib import Path
 
 
 from shopdistill.core import run as layout
+from shopdistill.training.recipe import recipe, stage_names
 
 ROOT = Path(__file__).resolve().parents[1]
 NBS, LIB = ROOT / "nbs", ROOT / "shopdistill"
@@ -150,7 +151,7 @@ def test_the_grain_check_can_fail(tmp_path):
 
 # every layout `core.run` defines, so that a new one is guarded without being listed here
 LAYOUTS = [c for c in vars(layout).values() if isinstance(c, type) and issubclass(c, layout.Layout) and c is not layout.Layout]
-RUN_FOLDERS = {"sandbox", "arena", "trajectories", "corpus", "train", "loop", "results", "arena_rules", "run_agent", *layout.stage_names()}
+RUN_FOLDERS = {"sandbox", "arena", "trajectories", "corpus", "train", "loop", "results", "arena_rules", "run_agent", *stage_names()}
 
 
 def run_names() -> set[str]:
@@ -189,3 +190,30 @@ def test_the_guard_sees_a_spelled_path():
     "The check above can fail: a hand-written join of a run artifact's name is what it looks for."
     assert joined_paths('bank = cfg.run.path / "arena" / "bank.jsonl"', run_names()) == ['/ "arena"', '/ "bank.jsonl"']
     assert joined_paths('x = run.bank()', run_names()) == []
+
+
+def test_the_foundations_know_no_stage_and_nothing_is_named_as_a_module_string():
+    """The recipe belongs to `training/`: no stage name (folder or alias) and no import of `training` in `core/`; no run
+    function named as a `"module:function"` string anywhere (an import no reader or tool can follow)."""
+    names = {s.name for s in recipe()} | {s.alias for s in recipe()}
+    for p in sorted((LIB / "core").glob("*.py")):
+        text = p.read_text()
+        assert "training" not in [t.split(".")[0] for t, _ in imports_of(p)], p
+        found = sorted(n for n in names if re.search(rf"""["'/]{re.escape(n)}["'/]""", text))
+        assert not found, f"{p.relative_to(ROOT)} names stages {found}"
+    spelled = re.compile(r"""["']shopdistill(\.\w+)+:\w+["']""")
+    for p in [*LIB.rglob("*.py"), *ROOT.glob("tests/*.py"), *ROOT.glob("bench/*.py")]:
+        if p.name != "_modidx.py": assert not spelled.search(p.read_text()), p
+
+
+def test_packages_import_only_lower_floors():
+    "The package-level import graph: a package imports only packages whose chapters come before its own."
+    order = module_order()
+    floor = {}
+    for m, i in order.items(): floor[m.split(".")[0]] = min(floor.get(m.split(".")[0], i), i)
+    for p in sorted(LIB.rglob("*.py")):
+        mod = ".".join(p.relative_to(LIB).with_suffix("").parts)
+        if mod not in order: continue
+        for target, _ in imports_of(p):
+            a, b = mod.split(".")[0], target.split(".")[0]
+            if b in floor and a != b: assert floor[b] < floor[a], f"{mod} (package {a}) imports {target} (package {b}, a higher floor)"

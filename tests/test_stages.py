@@ -11,6 +11,7 @@ from shopdistill.training.evaluation import corpus_clusters, heldout_problems
 from shopdistill.training.sft import corpus_loss, sft
 from shopdistill.training.trainer import last_checkpoint
 from shopdistill.training.stages import stage_table
+from shopdistill.training.recipe import stage_names
 from shopdistill.training.teacher import teacher_trajectory
 from shopdistill.training.rendering import sft_row, tool_schemas_for_training
 
@@ -125,5 +126,5 @@ def test_stage_table_orders_stages_found_on_disk(tmp_path):
     train = TrainFolder(tmp_path)
     for s in ("stage1_sft", "base", "dr_grpo", "zzz_extra"):
         train.stage(s).make().evaluation.write_text(json.dumps({"stage": s}))
-    assert [r["stage"] for r in stage_table(train)] == ["base", "stage1_sft", "dr_grpo", "zzz_extra"]
+    assert [r["stage"] for r in stage_table(train, stage_names())] == ["base", "stage1_sft", "dr_grpo", "zzz_extra"]
 

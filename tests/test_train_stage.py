@@ -131,25 +131,77 @@ def test_a_finished_stage_is_not_trained_again(runs):
     assert (root / "one" / "train" / "stage1_sft" / "train_log.json").read_text() == before
 
 
-def toy_stage(r, ts):
-    "A stage the test adds to the recipe: the base evaluated again, in its own folder."
-    from shopdistill.training.stages import stage_eval
-    return stage_eval(r, "toy_rerun", ts.base)
+def toy_run(job):
+    "The toy stage's run: the job's base evaluated again, in the job's folder (a variant's too)."
+    from shopdistill.training.stages import StageResult, stage_eval
+    return StageResult(job.label, job.settings.base, stage_eval(job, job.settings.base))
 
 
-def test_a_stage_added_to_the_list_runs_by_its_name_and_takes_its_place_in_the_stage_table(tmp_path, monkeypatch, capsys):
-    """Adding a stage is one entry in `core.run.RECIPE` and its run function: `shopdistill train --stage` finds it by its short
-    name, and the stage table orders it where the list puts it (first here, before the base, against alphabetical order)."""
-    import shopdistill.core.run as layout
+def toy_stage():
+    "A stage a test adds to the recipe (first, before the base), defined here once; a seed variant reseeds its tiny model."
+    from shopdistill.training.recipe import Stage
+    return Stage("toy_rerun", "toy", None, "train", toy_run, "the toy stage", "T toy", "05", seed_keys=("tiny.seed",))
+
+
+@pytest.fixture
+def with_toy(monkeypatch):
+    import shopdistill.training.recipe as recipe
+    monkeypatch.setattr(recipe, "RECIPE", (toy_stage(),) + recipe.RECIPE)
+    return recipe
+
+
+def train(path: Path, stage: str) -> int:
     from shopdistill.reproduce.cli import main
+    return main(["train", "--stage", stage, "--profile", str(path), "--no-preflight"])
+
+
+def test_a_stage_added_to_the_list_runs_by_its_name_and_takes_its_place_in_the_stage_table(tmp_path, monkeypatch, capsys, with_toy):
+    """Adding a stage is one entry in `training.recipe.RECIPE` and its run function: `shopdistill train --stage` runs it
+    through the recipe's loop by its short name, and the stage table orders it where the list puts it (first here,
+    before the base, against alphabetical order)."""
     monkeypatch.setenv("SHOPDISTILL_RUNS", str(tmp_path / "runs"))
     path = write_run(tmp_path, "toy", grad_accum=4)
-    toy = layout.Stage("toy_rerun", "toy", None, "train", toy_stage, "the toy stage", "T toy", "05")
-    monkeypatch.setattr(layout, "RECIPE", (toy,) + layout.RECIPE)
-    assert main(["train", "--stage", "base", "--profile", str(path), "--no-preflight"]) == 0
-    assert main(["train", "--stage", "toy", "--profile", str(path), "--no-preflight"]) == 0
+    assert train(path, "base") == 0 and train(path, "toy") == 0
     table = json.loads((tmp_path / "runs" / "toy" / "train" / "stages.json").read_text())
     assert [r["stage"] for r in table["rows"]] == ["toy_rerun", "base"]
     assert "stage toy_rerun: ASR" in capsys.readouterr().out
-    monkeypatch.setattr(layout, "RECIPE", layout.RECIPE[1:])
-    assert main(["train", "--stage", "toy", "--profile", str(path), "--no-preflight"]) == 2  # gone from the list: unknown
+    monkeypatch.setattr(with_toy, "RECIPE", with_toy.RECIPE[1:])
+    assert train(path, "toy") == 2  # gone from the list: unknown
+
+
+def variant_run(tmp_path, monkeypatch, arms: dict, seeds: list):
+    "A tiny run whose profile declares `arms` and `seeds` of the toy stage; the base and the toy stage trained."
+    monkeypatch.setenv("SHOPDISTILL_RUNS", str(tmp_path / "runs"))
+    path = write_run(tmp_path, "arms", grad_accum=4)
+    prof = yaml.safe_load(path.read_text())
+    prof["variants"] = {"toy_rerun": {"seeds": seeds, "arms": arms}}
+    path.write_text(yaml.safe_dump(prof))
+    assert train(path, "base") == 0 and train(path, "toy") == 0
+    return tmp_path / "runs" / "arms" / "train"
+
+
+def test_an_arm_and_a_seed_are_evaluated_in_their_own_folders_and_collected_with_paired_differences(tmp_path, monkeypatch, with_toy):
+    from shopdistill.core.run import TrainFolder
+    from shopdistill.results.collect import variant_results
+    train_dir = variant_run(tmp_path, monkeypatch, {"other_tiny": {"tiny": {"seed": 2}}}, [1])
+    stage = TrainFolder(train_dir).stage("toy_rerun")
+    assert [v.name for v in stage.variant_folders()] == ["arm.other_tiny", "seed.1"]
+    for v in stage.variant_folders():  # evaluated exactly as the stage: same problems, same number of episodes
+        assert v.has_evaluation and json.loads(v.evaluation.read_text())["n_problems"] == 2
+    got = variant_results(TrainFolder(train_dir), n_boot=200)
+    for p in ("stage.toy_rerun.arm.other_tiny", "stage.toy_rerun.seed.1"):
+        assert {f"{p}.{k}" for k in ("asr", "asr_lo", "asr_hi", "pass@1", "vs_stage.diff", "vs_stage.lo", "vs_stage.hi")} <= set(got), sorted(got)
+        assert got[f"{p}.vs_stage.lo"] <= got[f"{p}.vs_stage.diff"] <= got[f"{p}.vs_stage.hi"]
+    # the main line's table is the stages', not the variants'
+    assert [r["stage"] for r in json.loads((train_dir / "stages.json").read_text())["rows"]] == ["toy_rerun", "base"]
+
+
+def test_a_failing_arm_is_reported_not_dropped(tmp_path, monkeypatch, capsys, with_toy):
+    from shopdistill.core.run import TrainFolder
+    from shopdistill.results.collect import variant_results
+    missing = tmp_path / "no-such-checkpoint"
+    train_dir = variant_run(tmp_path, monkeypatch, {"missing_model": {"base": str(missing)}}, [])
+    assert "variant toy_rerun/arm.missing_model FAILED" in capsys.readouterr().out
+    got = variant_results(TrainFolder(train_dir), n_boot=200)
+    assert "no-such-checkpoint" in got["stage.toy_rerun.arm.missing_model.failed"]
+    assert (train_dir / "toy_rerun" / "eval.json").is_file()  # the stage itself is unaffected

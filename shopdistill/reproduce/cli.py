@@ -22,13 +22,14 @@ from ..core.ledger import InputError
 from ..core.settings import ConfigError
 from .driver import (ReproduceError, run_lock, check_published, notebook_matches, profile_checks,
                                           reproduce, require_ready)
-from ..core.run import GeneratedFolder, generated_dir, recipe
+from ..core.run import GeneratedFolder, generated_dir
 from ..sandbox.scoring import score_report
 from ..sandbox.server import serve
 from ..sandbox.tasks import TaskFormatError
 from .doctor import preflight_report
 from ..training.cli import dry_run, stage_name, start_policy
-from ..training.stages import load_recipe, run_stage, stage_frame
+from ..training.recipe import recipe, run_recipe, stage_names
+from ..training.stages import load_context, stage_frame
 from ..training.trainer import is_main_process, process_rank
 
 # %% ../../nbs/99_reproduce/03_cli.ipynb #1b492d1f
@@ -137,8 +138,9 @@ def _train_stage(s, name: str, force: bool, check: bool) -> int:
         shutil.rmtree(run.stage(name).path, ignore_errors=True)
     run.make()
     with run_lock(run) if main_process else nullcontext():
-        row = run_stage(name, load_recipe(run, s.train, s.catalog, s.search, s.tasks), s)
-        if main_process and row is not None: stage_frame(run.train())  # the stage table, this row included
+        got = run_recipe(load_context(run, s.train, s.catalog, s.search, s.tasks), s, stages=[name])
+        row = got[name].evaluation
+        if main_process and row is not None: stage_frame(run.train(), stage_names())  # the stage table, with this row
     if not main_process: return 0
     if row is None: print(f"stage {name}: nothing to do for profile {s.profile}")
     else: print(f"stage {name}: ASR {100 * row['asr']:.1f}% [{100 * row['asr_lo']:.1f}, {100 * row['asr_hi']:.1f}] "

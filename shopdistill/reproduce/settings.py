@@ -30,6 +30,7 @@ from ..corpus.build import CorpusSettings
 from ..training.settings import TrainSettings
 from ..training.kto import KtoSettings
 from ..training.grpo import GrpoSettings
+from ..training.recipe import VariantSettings, check_variants
 from .doctor import PreflightSettings
 from ..results.loop import LoopSettings
 
@@ -62,6 +63,7 @@ class Settings:
     # 06: what `shopdistill doctor` requires of the machine
     preflight: PreflightSettings = field(default_factory=PreflightSettings)
     loop: LoopSettings = field(default_factory=LoopSettings)  # 07
+    variants: dict[str, VariantSettings] = field(default_factory=dict)  # 05-06: arms and seeds, by stage
 
     files: tuple = ()  # the files it was read from: its own, then each one it extends
 
@@ -79,7 +81,7 @@ class Settings:
 
     def to_dict(self) -> dict:
         "All settings as plain data, as a manifest records them."
-        return {k: asdict(v) if is_dataclass(v) else v for k, v in ((n, getattr(self, n)) for n in self.sections())}
+        return {k: _plain(v) for k, v in ((n, getattr(self, n)) for n in self.sections())}
 
     def effective(self) -> dict:
         "Every setting of the run, defaults included, with paths as the files wrote them: what `settings.yaml` of a run shows."
@@ -94,6 +96,12 @@ class Settings:
         return dict(sorted(_find_seeds(self.to_dict())))
 
 # %% ../../nbs/99_reproduce/01_settings.ipynb #d3071c28
+def _plain(v):
+    "A section as plain data: a dataclass as its dict, a mapping of them (`variants`) key by key."
+    if is_dataclass(v): return asdict(v)
+    return {k: _plain(x) for k, x in v.items()} if isinstance(v, dict) else v
+
+
 def _relative_paths(d: dict) -> dict:
     """`d` with the path settings `load_config` made absolute shown relative to the repository
     again (machine-independent)."""
@@ -223,4 +231,4 @@ def load_config(profile="smoke", configs: str | os.PathLike | None = None) -> Se
     for _, d in reversed(files): data = deep_merge(data, d)
     hints, blame = typing.get_type_hints(Settings), _blame(files)
     values = {k: _resolve_paths(check_value(v, hints[k], str(k), blame)) for k, v in data.items()}
-    return Settings(profile=profile_name(p), path=p, files=tuple(q for q, _ in files), **values)
+    return check_variants(Settings(profile=profile_name(p), path=p, files=tuple(q for q, _ in files), **values))

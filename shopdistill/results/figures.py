@@ -10,7 +10,7 @@ __all__ = ['STYLE_COLORS', 'draw_pipeline', 'save_figure', 'funnel_figure', 'are
 import numpy as np
 from pathlib import Path
 from ..core.run import figures_dir
-from ..core.run import stage_label
+from ..training.recipe import stage_label
 from .collect import pass_at_k_curve
 
 # %% ../../nbs/07_results/04_figures.ipynb #04152d45

@@ -19,7 +19,8 @@ from ..arena.season import (AgentVersion, ArenaTracesSettings, Season, clear_sta
                                       run_work, set_state)
 from ..arena.tool_client import InProcessToolClient, SearchCache, SimClock, current_client, episode_env
 from ..core.progress import progress as progress_bar
-from ..core.run import Run, TrainFolder, stage_names
+from ..core.run import Run, TrainFolder
+from ..training.recipe import stage_names
 from .tex import Quoted, booktabs
 from ..sandbox.catalog import CatalogSettings
 from ..sandbox.profile import load_sandbox

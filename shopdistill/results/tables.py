@@ -7,7 +7,7 @@ __all__ = ['STYLES', 'FUNNEL_PUBLISHED', 'arena_table', 'funnel_table', 'confusi
            'per_category_table', 'did_sentence', 'grpo_pass_sentence', 'prose_macros', 'published_macros']
 
 # %% ../../nbs/07_results/03_tables.ipynb #d6a6f1b7
-from ..core.run import known_stage, stage_label, stage_words
+from ..training.recipe import known_stage, stage_label, stage_words
 from .published import published_value
 from .tex import (Quoted, booktabs, change_sentence, change_verdict, gap_sentence,
                                      interval_sentence, macro_name)

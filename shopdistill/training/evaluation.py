@@ -65,13 +65,14 @@ def read_episodes(path) -> list[dict]:
 
 # %% ../../nbs/05_supervised_stack/08_evaluation.ipynb #d5d23b4a
 def evaluate_stage(stage: StageFolder, model, tok, problems: list[dict], engine, settings: TrainSettings,
-                   n_samples: int | None = None) -> dict:
+                   n_samples: int | None = None, as_stage: str | None = None) -> dict:
     """Run the held-out evaluation of `stage` (a run's `run.stage(name)`: the row is named for its folder); write its
-    `eval.jsonl.gz` (the episodes) and `eval.json` (the stage table's row, returned)."""
+    `eval.jsonl.gz` (the episodes) and `eval.json` (the stage table's row, returned). `as_stage`: the stage whose
+    sampling it follows (`eval.sampled`), for a variant's folder under it (default: the folder's name)."""
     stage.make()
     e, r = settings.eval, settings.rollout
     t0 = time.time()
-    n = n_samples or (e.n_samples if e.sampled is None or stage.name in e.sampled else 1)
+    n = n_samples or (e.n_samples if e.sampled is None or (as_stage or stage.name) in e.sampled else 1)
     # sampled stages: every sample on the first m problems, the greedy one on the rest
     m = e.sampled_problems or len(problems)
     eps = run_episodes(model, tok, problems, engine, r, n_samples=[n if i < m else 1 for i in range(len(problems))],

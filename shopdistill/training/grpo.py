@@ -25,7 +25,7 @@ from .evaluation import evaluate_stage, reuse_evaluation
 from .policy import load_policy
 from .rejection import rejection_problems
 from .settings import OptimSettings
-from .stages import Recipe, record_timing, start_stage
+from .stages import Context, StageJob, StageResult, record_timing, require_policy
 from .trainer import (is_main_process, peft_config, progress_callback, shared_result, train_stage,
                                           trainer_arguments)
 
@@ -290,17 +290,17 @@ _SCREEN_KEYS = ("screen_states", "screen_samples", "mixed_only", "max_states", "
                 "top_p",
                 "max_completion_length", "seed")
 
-def _screened(r: Recipe, model, tok, gs: GrpoSettings, stage: StageFolder) -> dict:
+def _screened(c: Context, model, tok, gs: GrpoSettings, stage: StageFolder) -> dict:
     """The screening of stage 5 (`settings`, `report`, `kept`), from `stage.states` when made with these settings,
     else made (the main process)."""
     import datasets
     key = {k: getattr(gs, k) for k in _SCREEN_KEYS}
     def make():
-        steps = datasets.load_from_disk(str(r.run.corpus().steps))["train"]
+        steps = datasets.load_from_disk(str(c.run.corpus().steps))["train"]
         rows, drawn = state_rows(steps, tok, max_prompt_tokens=gs.max_prompt_tokens,
                                  limit=gs.screen_states, seed=gs.seed)
-        kept, report = screen_states(model, tok, rows, gs, backend=r.ts.rollout.backend)
-        if r.ts.rollout.backend == "vllm": close_vllm()  # its KV cache is not needed while GRPO trains
+        kept, report = screen_states(model, tok, rows, gs, backend=c.ts.rollout.backend)
+        if c.ts.rollout.backend == "vllm": close_vllm()  # its KV cache is not needed while GRPO trains
         report["draw"] = {**drawn, "train_states": len(steps)}
         saved = {"settings": key, "report": report, "kept": kept}
         write_json(stage.make().states, saved)
@@ -309,31 +309,31 @@ def _screened(r: Recipe, model, tok, gs: GrpoSettings, stage: StageFolder) -> di
     return shared_result(stage.states, make, read, current=lambda p: read(p).get("settings") == key)
 
 # %% ../../nbs/06_dr_grpo/01_grpo.ipynb #538887b7
-def run_stage5(r: Recipe, gs: GrpoSettings) -> dict | None:
-    """Stage 5 with the reward `gs.reward` (section `grpo`) from the stage-4 policy, into `dr_grpo` (per-step) or
-    `outcome_grpo` unless the stage has a policy; its evaluation row (None outside the main process)."""
-    name = "dr_grpo" if gs.reward == "per_step" else "outcome_grpo"  # chapter 05's stage table knows both
-    ts, prev = r.ts, start_stage(r, name)
-    stage = r.run.stage(name)
+def run_stage5(job: StageJob) -> StageResult:
+    """Stage 5 with the reward `gs.reward` (the job's settings: the `grpo` section) from the policy the job starts from
+    (stage 4's), into the job's folder unless it has a policy; its result (its evaluation None outside the main
+    process)."""
+    c, gs, ts, stage = job.ctx, job.settings, job.ctx.ts, job.folder
+    prev = require_policy(job.start)
     model, tok = load_policy(str(prev.policy), ts)
     screen, states = None, None
     if gs.reward == "per_step":
-        saved = _screened(r, model, tok, gs, stage)
+        saved = _screened(c, model, tok, gs, stage)
         screen, states = saved["report"], saved["kept"]
         # no mixed state: stage 5 is stage 4
         path = dr_grpo_stage(model, tok, states, gs, stage) if states else prev.policy
     else:
-        probs = rejection_problems(r.bank, set(r.corpus["train"]["problem_id"]), {p.get("cluster") for p in r.heldout},
+        probs = rejection_problems(c.bank, set(c.corpus["train"]["problem_id"]), {p.get("cluster") for p in c.heldout},
                                    gs.outcome_problems)
-        path = outcome_grpo_stage(model, tok, probs, r.engine, gs, stage)
-    if not is_main_process(): return None
+        path = outcome_grpo_stage(model, tok, probs, c.engine, gs, stage)
+    if not is_main_process(): return StageResult(job.label, str(path), None)
     log = json.loads(stage.train_log.read_text()) if path != prev.policy else {"log_history": [], "global_step": 0,
                                                                                "train_seconds": 0.0}
-    r.notes[name] = {"screen": screen, "states": states, "log": log, "policy": path}
     if stage.has_evaluation: row = json.loads(stage.evaluation.read_text())
     else:
         row = (reuse_evaluation(prev, stage) if path == prev.policy
-               else evaluate_stage(stage, *load_policy(str(path), ts), r.eval_problems, r.engine, ts))
+               else evaluate_stage(stage, *load_policy(str(path), ts), c.eval_problems, c.engine, ts,
+                                   as_stage=job.name))
         row.update({"reward": gs.reward, "reward_range": list(REWARD_RANGE) if gs.reward == "per_step" else [0.0, 1.0],
                     "states_screened": screen["screened"] if screen else None,
                     "states_mixed": screen["mixed"] if screen else None,
@@ -344,6 +344,6 @@ def run_stage5(r: Recipe, gs: GrpoSettings) -> dict | None:
                     "loss_type": gs.loss_type, "scale_rewards": gs.scale_rewards, "beta": gs.beta, "lr": gs.lr,
                     "num_generations": gs.num_generations})
         write_json(stage.evaluation, row)
-    record_timing(r.run.train(), {name: round((screen["seconds"] if screen else 0) + log["train_seconds"], 1)},
+    record_timing(job, {job.name: round((screen["seconds"] if screen else 0) + log["train_seconds"], 1)},
                   chapter="06")
-    return row
+    return StageResult(job.label, str(path), row, {"screen": screen, "states": states, "log": log})
