@@ -1,13 +1,18 @@
-"""The repository's profiles: each one that extends another holds only what differs from it, and they load as documented."""
+"""The repository's profiles: each holds only what differs from what it builds on (the defaults, or the profile it extends),
+and they load as documented."""
 from pathlib import Path
 
 import pytest
 import yaml
 
-from shopdistill.reproduce.settings import EXTENDS, load_config
+from shopdistill.reproduce.settings import EXTENDS, Settings, load_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 MISSING = object()
+# full.yaml writes out the models, endpoint and precision the paper's run uses even where the defaults already say so:
+# they are what a reader must download, serve or have, next to the paths
+FULL_NAMES_THE_MACHINE = {"scoring.similarity", "judge.backend", "judge.models", "judge.base_url", "filter.tokenizer",
+                          "train.base", "train.dtype"}
 
 
 def _leaves(d: dict, prefix=()):
@@ -24,12 +29,15 @@ def _get(d: dict, path):
     return d
 
 
-@pytest.mark.parametrize("name", ["ci", "full"])
-def test_a_profile_that_extends_another_lists_only_what_differs(name):
-    "Every key the file writes changes the value its parent's effective settings (defaults included) would give."
+@pytest.mark.parametrize("name", ["smoke", "ci", "full"])
+def test_a_profile_lists_only_what_differs(name):
+    """Every key the file writes changes the value its parent's effective settings (defaults included) would give; the
+    parent of a file that extends nothing (smoke, full) is the defaults, which are the paper's values."""
     own = yaml.safe_load((CONFIGS / f"{name}.yaml").read_text())
-    parent = load_config(own.pop(EXTENDS)).effective()
+    ref = own.pop(EXTENDS, None)
+    parent = load_config(ref).effective() if ref else Settings(profile="defaults", path=CONFIGS).effective()
     same = [".".join(k) for k, v in _leaves(own) if _get(parent, k) == v]
+    if name == "full": same = [k for k in same if k not in FULL_NAMES_THE_MACHINE]
     assert not same, f"configs/{name}.yaml restates what it extends: {same}"
 
 
@@ -40,9 +48,9 @@ def test_the_guard_above_sees_a_restated_key(tmp_path):
     assert [".".join(k) for k, v in _leaves(own) if _get(parent, k) == v] == ["catalog.seed"]
 
 
-def test_ci_and_full_extend_smoke_and_shrink_or_grow_it():
+def test_ci_extends_smoke_and_full_stands_alone_on_the_defaults():
     smoke, ci, full = load_config("smoke"), load_config("ci"), load_config("full")
-    assert [f.name for f in ci.files] == ["ci.yaml", "smoke.yaml"] and [f.name for f in full.files] == ["full.yaml", "smoke.yaml"]
+    assert [f.name for f in ci.files] == ["ci.yaml", "smoke.yaml"] and [f.name for f in full.files] == ["full.yaml"]
     assert ci.catalog.n_products < smoke.catalog.n_products < full.catalog.n_products
     assert ci.arena_traces.days < smoke.arena_traces.days < full.arena_traces.days
     assert ci.train.sft.max_steps < smoke.train.sft.max_steps and ci.train.eval.n_problems < smoke.train.eval.n_problems

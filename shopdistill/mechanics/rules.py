@@ -27,8 +27,9 @@ class MarginSettings:
 @dataclass(frozen=True)
 class BankSettings:
     "The leak-cluster benchmark: a synthetic catalog, tasks synthesised on it, variants and siblings planted."
-    catalog_products: int = 6000
-    tasks: dict[str, int] = field(default_factory=lambda: {"product": 110, "shop": 100, "voucher": 100})
+    catalog_products: int = 20_000  # the paper's bank: about 4,800 problems (smoke: 6,000)
+    # upstream ShoppingBench test split sizes
+    tasks: dict[str, int] = field(default_factory=lambda: {"product": 250, "shop": 250, "voucher": 250})
     sibling_fraction: float = 0.4  # share of specifications that get a same-template sibling (a hard negative)
     extra_variants: float = 1.5  # mean number of further paraphrases per specification (geometric)
     seed: int = 0

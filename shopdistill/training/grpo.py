@@ -56,14 +56,15 @@ class GrpoSettings(OptimSettings):
     top_p: float = 1.0
     top_k: int = 0
     # per_step: one assistant turn; outcome: every turn plus the tool results between them
-    max_completion_length: int = 1024
+    max_completion_length: int = 2048  # one assistant turn of Qwen3-4B (thinking + calls)
     # batching: batch_size * grad_accum completions per optimiser step, a multiple of num_generations
     batch_size: int = 8
     grad_accum: int = 4
     # states (per_step)
-    screen_states: int = 2000  # train-split states sampled from the per-step view and screened (0: all)
+    # the paper-scale run screens 4000 states, 64 prompts at a time
+    screen_states: int = 4000  # train-split states sampled from the per-step view and screened (0: all)
     screen_samples: int = 8  # samples of the previous stage's model per screened state
-    screen_batch: int = 16  # prompts sampled together while screening
+    screen_batch: int = 64  # prompts sampled together while screening
     mixed_only: bool = True  # keep only states whose screening samples got different rewards (training.md §6)
     max_states: int = 0  # cap on kept states (0: all kept)
     max_prompt_tokens: int = 12_288  # states with longer prompts are skipped

