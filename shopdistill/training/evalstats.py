@@ -82,25 +82,26 @@ def success_by_problem(episodes: Sequence[dict]) -> dict[str, float]:
 
 # %% ../../nbs/05_supervised_stack/07_evalstats.ipynb #ed5ed109
 def stage_row(stage: str, episodes: Sequence[dict], ks: Sequence[int] = (1, 8)) -> dict:
-    """One row of the stage table from `rollout.run_episodes` episodes: ASR (sample 0, every problem) with Wilson 95%;
-    pass@k on the problems that got the most samples (`pass_problems` of them: all, or the evaluation's sampled
-    subset); call and id rates."""
+    """One row of the stage table from `rollout.run_episodes` episodes: ASR (sample 0, greedy, every problem) with
+    Wilson 95%; pass@k from the samples drawn alike (1 and up) on the problems that got the most of them
+    (`pass_problems`), NaN for a stage measured greedily only; call and id rates of the greedy episodes."""
     groups = per_problem(episodes)
     if not groups: raise ValueError(f"stage_row({stage!r}): no episodes")
-    first = [bool(g[0]["success"]) for g in groups.values()]
+    greedy = [g[0] for g in groups.values()]
+    first = [bool(e["success"]) for e in greedy]
     lo, hi = wilson(sum(first), len(first))
     row = {"stage": stage, "asr": sum(first) / len(first), "asr_lo": lo, "asr_hi": hi}
-    # pass@k on the problems that got every sample (all, or the sampled subset)
-    m = max(len(g) for g in groups.values())
-    sub = [g for g in groups.values() if len(g) == m]
+    drawn = [[e for e in g if e.get("sample", 0) > 0] for g in groups.values()]  # the greedy one is not a draw
+    m = max(len(d) for d in drawn)
+    sub = [d for d in drawn if m and len(d) == m]
     for k in ks:  # NaN where fewer than k samples were drawn
-        row[f"pass@{k}"] = (float(np.mean([pass_at_k(m, sum(bool(e["success"]) for e in g), k) for g in sub])) if k <= m
-                            else float("nan"))
+        row[f"pass@{k}"] = (float(np.mean([pass_at_k(m, sum(bool(e["success"]) for e in d), k) for d in sub]))
+                            if 0 < k <= m else float("nan"))
     row["pass_problems"] = len(sub)
-    calls = sum(int(e.get("n_calls", 0)) for e in episodes)
-    row["valid_call_rate"] = sum(int(e.get("valid_calls", 0)) for e in episodes) / calls if calls else 0.0
+    calls = sum(int(e.get("n_calls", 0)) for e in greedy)
+    row["valid_call_rate"] = sum(int(e.get("valid_calls", 0)) for e in greedy) / calls if calls else 0.0
     # all([]) is True: an episode that recommended nothing has not recommended an existing id
     row["existing_id_rate"] = float(np.mean([bool(e.get("recommended")) and bool(e.get("recommended_exist"))
-                                             for e in episodes]))
+                                             for e in greedy]))
     row["n_problems"], row["n_samples"] = len(groups), len(episodes)
     return row

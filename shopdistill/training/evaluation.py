@@ -16,7 +16,7 @@ from pathlib import Path
 from ..core.files import write_json
 from .evalstats import stage_row
 from .rollout import run_episodes
-from .settings import TrainSettings
+from .settings import TrainSettings, rollout_dtype
 from ..core.run import StageFolder
 
 # %% ../../nbs/05_supervised_stack/08_evaluation.ipynb #fde2a4c7
@@ -67,19 +67,22 @@ def read_episodes(path) -> list[dict]:
 def evaluate_stage(stage: StageFolder, model, tok, problems: list[dict], engine, settings: TrainSettings,
                    n_samples: int | None = None, as_stage: str | None = None) -> dict:
     """Run the held-out evaluation of `stage` (a run's `run.stage(name)`: the row is named for its folder); write its
-    `eval.jsonl.gz` (the episodes) and `eval.json` (the stage table's row, returned). `as_stage`: the stage whose
+    `eval.jsonl.gz` (the episodes) and `eval.json` (the stage table's row, returned). `n_samples`: the draws
+    besides the greedy episode (default: the profile's, for the stages `eval.sampled` names). `as_stage`: the stage whose
     sampling it follows (`eval.sampled`), for a variant's folder under it (default: the folder's name)."""
     stage.make()
     e, r = settings.eval, settings.rollout
     t0 = time.time()
-    n = n_samples or (e.n_samples if e.sampled is None or (as_stage or stage.name) in e.sampled else 1)
-    # sampled stages: every sample on the first m problems, the greedy one on the rest
+    n = n_samples if n_samples is not None else (e.n_samples if e.sampled is None
+                                                 or (as_stage or stage.name) in e.sampled else 0)
+    # the greedy episode on every problem; a sampled stage draws n more alike on the first m (pass@k)
     m = e.sampled_problems or len(problems)
-    eps = run_episodes(model, tok, problems, engine, r, n_samples=[n if i < m else 1 for i in range(len(problems))],
+    eps = run_episodes(model, tok, problems, engine, r, n_samples=[1 + n if i < m else 1 for i in range(len(problems))],
                        temperature=e.temperature, top_p=e.top_p, seed=e.seed,
                        greedy_first=True, desc=f"eval {stage.name}")
     row = {**stage_row(stage.name, eps), "eval_seconds": time.time() - t0,
-           "generated_tokens": sum(x["meta"]["extra"]["generated_tokens"] for x in eps)}
+           "generated_tokens": sum(x["meta"]["extra"]["generated_tokens"] for x in eps),
+           "rollout_dtype": rollout_dtype(r.vllm_dtype) if r.backend == "vllm" else "float32" + "+bf16 autocast" * r.bf16}
     write_episodes(stage.episodes, eps)
     write_json(stage.evaluation, row)  # last: its presence marks the evaluation done
     return row

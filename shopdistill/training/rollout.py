@@ -20,7 +20,7 @@ from ..sandbox.scoring import score_task
 from ..sandbox.tools import ShoppingEnv, call_tool, episode_state
 from .bases import BASES, provision_base
 from .rendering import parse_assistant, render_prompt, tool_schemas_for_training
-from .settings import RolloutSettings, cpu_bf16
+from .settings import RolloutSettings, cpu_bf16, rollout_dtype
 
 # %% ../../nbs/05_supervised_stack/04_rollout.ipynb #65627798
 def episode_seed(seed: int, problem_id: str, sample: int, turn: int) -> int:
@@ -457,7 +457,7 @@ def run_episodes(model, tok, problems: list[dict], engine, settings: RolloutSett
                   max_new_tokens=rs.max_new_tokens, max_prompt_tokens=rs.max_prompt_tokens)
     with progress(len(eps), desc, unit="ep", disable=not eps) as bar:
         if rs.backend == "vllm":
-            _drive_vllm(model, eps, turns, batch_size=rs.batch_size, bar=bar, dtype=rs.vllm_dtype,
+            _drive_vllm(model, eps, turns, batch_size=rs.batch_size, bar=bar, dtype=rollout_dtype(rs.vllm_dtype),
                         max_num_seqs=max(rs.batch_size, 1),
                         max_model_len=rs.max_prompt_tokens, kv_cache_gb=rs.vllm_kv_cache_gb,
                         gpu_memory=rs.vllm_gpu_memory, seed=seed)
