@@ -125,18 +125,19 @@ readme: env
 
 # JupyterLab for readers, from .venv, on the notebooks in nbs/. Each notebook's parameter cell reads the profile from
 # $SHOPDISTILL_PROFILE, set here to PROFILE, so a notebook run top to bottom reads the last reproduction of PROFILE
-# (runs/<profile>/) and writes its figures and LaTeX where that reproduction does (a profile that does not publish, like
-# ci, keeps them in runs/<profile>/, never in figures/). The Python below prints the profile (a file made absolute: the
-# kernels run in the notebooks' folders), the run folder and those two folders. Run as root (a container), JupyterLab
+# (runs/<profile>/) and writes its figures and LaTeX where that reproduction does: where the profile's settings say
+# (Settings.figures, Settings.generated; a profile that does not publish, like ci, keeps them in runs/<profile>/, never
+# in figures/). The Python below prints the profile (a file made absolute: the kernels run in the notebooks' folders),
+# whether the run folder exists (asked first: asking for a profile's folders makes them), the run folder and those
+# two folders. Run as root (a container), JupyterLab
 # refuses to start without --allow-root, which it is then given.
 LAB_FOLDERS := import sys; from pathlib import Path; from shopdistill.core.run import is_profile_path; \
-	from shopdistill.reproduce.settings import load_config; from shopdistill.reproduce.driver import published_folders; \
+	from shopdistill.reproduce.settings import load_config; \
 	p = sys.argv[1]; p = str(Path(p).absolute()) if is_profile_path(p) else p; s = load_config(p); \
-	f, g = published_folders(s, s.run); print(p, s.run.path, f, g.path, sep="\n")
+	print(p, "yes" if s.run.path.is_dir() else "no", s.run.path, s.figures, s.generated, sep="\n")
 lab: env
 	@out=$$($(BIN)/python -c '$(LAB_FOLDERS)' "$(PROFILE)"); mapfile -t d <<< "$$out"; \
-	echo "lab: the notebooks read $${d[1]#$(CURDIR)/}/, the last reproduction of profile $(PROFILE); figures go to $${d[2]#$(CURDIR)/}/"; \
-	[ -d "$${d[1]}" ] || echo "lab: $${d[1]#$(CURDIR)/}/ does not exist yet: 'make reproduce PROFILE=$(PROFILE)' makes it"; \
+	echo "lab: the notebooks read $${d[2]#$(CURDIR)/}/, the last reproduction of profile $(PROFILE); figures go to $${d[3]#$(CURDIR)/}/"; \
+	[ "$${d[1]}" = yes ] || echo "lab: $${d[2]#$(CURDIR)/}/ does not exist yet: 'make reproduce PROFILE=$(PROFILE)' makes it"; \
 	root=; [ "$$(id -u)" != 0 ] || root=--allow-root; \
-	SHOPDISTILL_PROFILE="$${d[0]}" SHOPDISTILL_FIGURES="$${d[2]}" SHOPDISTILL_GENERATED="$${d[3]}" \
-		exec $(BIN)/jupyter lab --notebook-dir=nbs $$root $(LAB_ARGS)
+	SHOPDISTILL_PROFILE="$${d[0]}" exec $(BIN)/jupyter lab --notebook-dir=nbs $$root $(LAB_ARGS)

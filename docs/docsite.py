@@ -334,7 +334,7 @@ def main(argv=None):
         p.add_argument("--profile", default="smoke")
         p.add_argument("--site", type=Path, default=ROOT / "_docs", help="the built site (default: _docs/)")
     b.add_argument("--runs", type=Path, default=None, help="the runs folder (default: runs/, or $SHOPDISTILL_RUNS)")
-    b.add_argument("--figures", type=Path, default=None, help="the figures folder (default: figures/, or $SHOPDISTILL_FIGURES)")
+    b.add_argument("--figures", type=Path, default=None, help="the figures folder (default: the repository's figures/)")
     s = sub.add_parser("screenshot", help="serve a built site on loopback and screenshot one of its pages with headless Chromium")
     s.add_argument("--site", type=Path, default=ROOT / "_docs")
     s.add_argument("--page", default="", help="the page's path in the site (default: the index)")

@@ -47,12 +47,11 @@ def execute(path: Path, out: Path):
 
 @pytest.fixture
 def lab_env(tmp_path, monkeypatch):
-    "What `make lab PROFILE=ci` hands the kernels: the profile, and a run, figures and LaTeX outside the repository."
+    "What `make lab PROFILE=ci` hands the kernels: the profile, with its run (and so ci's figures and LaTeX) outside the repository."
     for k in ("SHOPDISTILL_CHAPTER_KEY", "SHOPDISTILL_PROGRESS", "SHOPDISTILL_HOME", "SHOPDISTILL_CONFIGS"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv(PROFILE_ENV, "ci")
-    for k, d in (("SHOPDISTILL_RUNS", "runs"), ("SHOPDISTILL_FIGURES", "runs/ci/figures"), ("SHOPDISTILL_GENERATED", "runs/ci/generated")):
-        monkeypatch.setenv(k, str(tmp_path / d))
+    monkeypatch.setenv("SHOPDISTILL_RUNS", str(tmp_path / "runs"))  # where ci's figures and LaTeX go follows from its settings
     return tmp_path
 
 

@@ -9,7 +9,7 @@ from shopdistill.core.run import Run, generated_dir
 from shopdistill.results.published import PUBLISHED, published_values
 
 ROOT = Path(__file__).resolve().parents[1]
-GEN = generated_dir()  # where chapter 07 writes them (the checkout's paper/generated/, unless $SHOPDISTILL_GENERATED moves it)
+GEN = generated_dir()  # where chapter 07 writes them (the checkout's paper/generated/: a publishing profile's)
 
 
 def _generated():

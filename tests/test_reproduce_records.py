@@ -29,15 +29,14 @@ HOLDER = [nbformat.v4.new_code_cell(
     "(runs / 'started').write_text('yes')\n"
     "while (runs / 'hold').exists(): time.sleep(0.2)")]
 
-# a results chapter: a figure through figures_dir(), a table through generated_dir(), both made from the profile's settings
+# a results chapter: a figure into the profile's figures folder, a table into its generated one, both made from its settings
 RESULTS_PARAMS = nbformat.v4.new_code_cell('profile = "tiny"')
 RESULTS_PARAMS.metadata["tags"] = ["parameters"]
 RESULTS = [RESULTS_PARAMS, nbformat.v4.new_code_cell(
-    "from shopdistill.core.run import figures_dir, generated_dir\n"
     "from shopdistill.reproduce.settings import load_config\n"
     "cfg = load_config(profile)\n"
-    "(figures_dir() / 'f.png').write_bytes(b'figure of %d products' % cfg.catalog.n_products)\n"
-    "(generated_dir() / 't.tex').write_text(f'seed {cfg.seed}')")]
+    "(cfg.figures / 'f.png').write_bytes(b'figure of %d products' % cfg.catalog.n_products)\n"
+    "(cfg.generated / 't.tex').write_text(f'seed {cfg.seed}')")]
 
 
 def _start(project: Path, *args) -> subprocess.Popen:
@@ -123,8 +122,7 @@ def publishing(project, monkeypatch):
     "The tiny project with a results chapter, a profile `pub` that publishes, and its own figures/ and paper/generated/."
     write_nb(project / "nbs" / "02_results.ipynb", RESULTS)
     (project / "configs" / "pub.yaml").write_text("extends: tiny\npublish: true\n")
-    for k, v in {"SHOPDISTILL_HOME": project, "SHOPDISTILL_CONFIGS": project / "configs", "SHOPDISTILL_RUNS": project / "runs",
-                 "SHOPDISTILL_FIGURES": project / "figures", "SHOPDISTILL_GENERATED": project / "paper" / "generated"}.items():
+    for k, v in {"SHOPDISTILL_HOME": project, "SHOPDISTILL_CONFIGS": project / "configs", "SHOPDISTILL_RUNS": project / "runs"}.items():
         monkeypatch.setenv(k, str(v))
     return project
 
@@ -141,13 +139,15 @@ def test_a_profile_that_does_not_publish_writes_its_figures_and_tables_into_its_
     assert (r.figures / "f.png").read_bytes() == b"figure of 10 products" and (r.generated / "t.tex").read_text() == "seed 7"
 
 
-def test_the_ci_profile_publishes_nothing():
+def test_the_ci_profile_publishes_nothing(tmp_path, monkeypatch):
     ci, smoke = load_config("ci"), load_config("smoke")
+    monkeypatch.setenv("SHOPDISTILL_RUNS", str(tmp_path))  # asking for ci's folders makes them
     assert (ci.publish, smoke.publish, load_config("full").publish) == (False, True, True)
     figs, gen = published_folders(ci, ci.run)
     assert figs == ci.run.figures and gen.path == ci.run.generated
     assert figs.is_relative_to(ci.run.path) and gen.path.is_relative_to(ci.run.path)
     assert (figures_dir(), generated_dir()) not in ((figs, gen.path),)
+    assert (ci.figures, ci.generated) == (figs, gen.path) and (smoke.figures, smoke.generated) == (figures_dir(), generated_dir())
 
 
 def test_published_results_carry_their_record_and_a_changed_setting_makes_them_stale(publishing, capsys):

@@ -42,14 +42,21 @@ def runs_root(make: bool = False) -> Path:
     return _folder("SHOPDISTILL_RUNS", repo_root() / "runs", make)
 
 
+def _made(p: Path) -> Path:
+    "`p`, created if missing."
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
 def figures_dir() -> Path:
-    "The folder of the paper's figures (`figures/`), created if missing."
-    return _folder("SHOPDISTILL_FIGURES", repo_root() / "figures", make=True)
+    "The repository's published figures (`figures/`), created if missing: a publishing profile's `Settings.figures`."
+    return _made(repo_root() / "figures")
 
 
 def generated_dir() -> Path:
-    "The folder of the paper's generated LaTeX (`paper/generated/`: tables, `macros.tex`), created if missing."
-    return _folder("SHOPDISTILL_GENERATED", repo_root() / "paper" / "generated", make=True)
+    """The repository's published LaTeX (`paper/generated/`: tables, `macros.tex`), created if missing: a publishing
+    profile's `Settings.generated`."""
+    return _made(repo_root() / "paper" / "generated")
 
 # %% ../../nbs/core/01_run.ipynb #ac70e69f
 def is_profile_path(profile) -> bool:

@@ -555,10 +555,9 @@ def _stale_before(chapters, selected, inputs, previous, run, say, profile):
 
 
 def published_folders(settings, run: Run) -> tuple[Path, GeneratedFolder]:
-    """(figures folder, generated LaTeX folder) a run of `settings` writes: the repository's when the profile
-    publishes, else its own in the run."""
-    if settings.publish: return figures_dir(), GeneratedFolder(generated_dir())
-    return run.figures, GeneratedFolder(run.generated)
+    """(figures folder, generated LaTeX folder) a run of `settings` into `run` writes, as the settings decide
+    (`Settings.figures`, `Settings.generated`): the repository's when the profile publishes, else its own in `run`."""
+    with _environ(SHOPDISTILL_RUNS=run.path.parent): return settings.figures, GeneratedFolder(settings.generated)
 
 
 def _run_one(c, i, selected, chapters, run, manifest, previous, inputs, ctx) -> None:
@@ -607,8 +606,7 @@ def reproduce(profile="smoke", only=None, flags=(), force=False, *, nbs_dir=None
     inputs = chapter_inputs(chapters, settings.digest(), flags, skip, versions["shopdistill"])
     # the project's, under overrides too
     with _environ(SHOPDISTILL_HOME=nbs.parent): figures, generated = published_folders(settings, run)
-    env = {"SHOPDISTILL_HOME": nbs.parent, "SHOPDISTILL_RUNS": run.path.parent, "SHOPDISTILL_FIGURES": figures,
-           "SHOPDISTILL_GENERATED": generated.path,
+    env = {"SHOPDISTILL_HOME": nbs.parent, "SHOPDISTILL_RUNS": run.path.parent,
            "SHOPDISTILL_CONFIGS": Path(configs_dir).absolute() if configs_dir is not None else None}
     ctx = dict(say=_Progress(progress), force=force, html=html, flags=flags, skip=skip, env=env, timeout=timeout,
                profile_param=str(cfg_file) if is_profile_path(profile) else settings.profile)

@@ -11,9 +11,10 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 
 import yaml
+from fastcore.basics import patch
 
 from ..core.settings import ConfigError, check_value, check_keys
-from ..core.run import Run, is_profile_path, configs_dir, profile_name, repo_root
+from ..core.run import Run, is_profile_path, configs_dir, figures_dir, generated_dir, profile_name, repo_root
 from ..mechanics.rules import ArenaSettings
 from ..sandbox.catalog import CatalogSettings
 from ..sandbox.search import SearchSettings
@@ -232,3 +233,23 @@ def load_config(profile="smoke", configs: str | os.PathLike | None = None) -> Se
     hints, blame = typing.get_type_hints(Settings), _blame(files)
     values = {k: _resolve_paths(check_value(v, hints[k], str(k), blame)) for k, v in data.items()}
     return check_variants(Settings(profile=profile_name(p), path=p, files=tuple(q for q, _ in files), **values))
+
+# %% ../../nbs/99_reproduce/01_settings.ipynb #3e9b6a40
+def _made(folder: Path) -> Path:
+    "`folder`, created if missing."
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@patch(as_prop=True)
+def figures(self: Settings) -> Path:
+    """Where a run of this profile writes its figures, created: the repository's `figures/` when the profile publishes
+    (smoke, full), else the run's own `runs/<profile>/figures` (ci). Every chapter saves its figures through it."""
+    return figures_dir() if self.publish else _made(self.run.figures)
+
+
+@patch(as_prop=True)
+def generated(self: Settings) -> Path:
+    """Where a run of this profile writes its tables and macros, created: the repository's `paper/generated/` when the
+    profile publishes, else the run's own `runs/<profile>/generated`. Chapter 07 writes its LaTeX through it."""
+    return generated_dir() if self.publish else _made(self.run.generated)

@@ -9,7 +9,6 @@ __all__ = ['STYLE_COLORS', 'draw_pipeline', 'save_figure', 'funnel_figure', 'are
 # %% ../../nbs/07_results/04_figures.ipynb #36bfe277
 import numpy as np
 from pathlib import Path
-from ..core.run import figures_dir
 from ..training.recipe import stage_label
 from .collect import pass_at_k_curve
 
@@ -55,9 +54,10 @@ def draw_pipeline(counts: dict | None = None, ax=None):
 # %% ../../nbs/07_results/04_figures.ipynb #384c7b55
 STYLE_COLORS = {"agentic": "#dd8452", "subtask": "#4c72b0", "decoy": "#8c8c8c"}
 
-def save_figure(fig, name: str, folder=None) -> list[Path]:
-    "Write `figures/<name>.png` and `.pdf` (no timestamps in the PDF: byte-stable for the same drawing)."
-    folder = Path(folder) if folder else figures_dir()
+def save_figure(fig, name: str, folder) -> list[Path]:
+    """Write `<folder>/<name>.png` and `.pdf` (no timestamps in the PDF: byte-stable for the same drawing); `folder`
+    is the profile's (`Settings.figures`)."""
+    folder = Path(folder)
     png, pdf = folder / f"{name}.png", folder / f"{name}.pdf"
     fig.savefig(png, dpi=110, bbox_inches="tight")
     fig.savefig(pdf, bbox_inches="tight", metadata={"CreationDate": None, "ModDate": None})
