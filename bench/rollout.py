@@ -18,6 +18,12 @@ long prompts prefilled back to back, a full batch decoding), and the floor is th
 measured time over the floor is what the engine and the episode loop lose; the floor itself moves only with fewer tokens.
 The slow loops (transformers, reprefill) play only the first `--slow-episodes` problems; their ratios compare the same ones.
 Default model: the profile's stage-1 checkpoint, else its base. Needs chapters 00-04 of a run of the profile.
+
+    python bench/rollout.py --dtypes float32,bfloat16 [--episodes 75]
+
+plays the same held-out episodes on vLLM once per dtype, in one process, and prints the time ratio to the first dtype and
+how many episodes end alike (the same success, and the same conversation): what `rollout_dtype`'s choice of bf16 on a
+CPU with bf16 units costs in outcomes and saves in time. The CPU that measured it is printed with the numbers.
 """
 import argparse, json, os, time
 from dataclasses import replace
@@ -93,6 +99,35 @@ def token_prices(engine, tok, *, batch: int, prompt_len: int = 512, new_tokens: 
     return {"s_per_prefilled": t_prefill / (batch * prompt_len), "s_per_generated": t_decode / (batch * (new_tokens - 1)), "batch": batch}
 
 
+def compare_dtypes(dtypes, folder, tok, problems, engine, rs, common, json_path, spec) -> dict:
+    "vLLM on the same episodes once per dtype: seconds, generated tokens, successes, and agreement with the first dtype."
+    from shopdistill.core.provenance import machine
+    from shopdistill.training.rollout import close_vllm, run_episodes
+    runs, res = {}, {"machine": machine(), "model": spec, "episodes": len(problems)}
+    for dt in dtypes:
+        t0 = time.perf_counter()
+        eps = run_episodes(folder, tok, problems, engine, replace(rs, vllm_dtype=dt), desc=f"vllm {dt}", **common)
+        sec = time.perf_counter() - t0  # engine start included, as a stage's evaluation pays it
+        close_vllm()
+        runs[dt] = eps
+        res[dt] = {"seconds": round(sec, 1), "generated_tokens": sum(e["meta"]["extra"]["generated_tokens"] for e in eps),
+                   "successes": sum(bool(e["success"]) for e in eps)}
+        print(f"{dt:>9}: {len(eps)} episodes in {sec:6.1f} s, {res[dt]['generated_tokens']:,} generated tokens, "
+              f"{res[dt]['successes']} solved", flush=True)
+    first = dtypes[0]
+    for dt in dtypes[1:]:
+        same_outcome = sum(bool(x["success"]) == bool(y["success"]) for x, y in zip(runs[first], runs[dt]))
+        same_episode = sum(x["messages"] == y["messages"] for x, y in zip(runs[first], runs[dt]))
+        res[f"{dt}_vs_{first}"] = {"time_ratio": round(res[first]["seconds"] / res[dt]["seconds"], 2),
+                                   "same_outcome": same_outcome, "same_episode": same_episode}
+        print(f"{dt} vs {first}: {res[first]['seconds'] / res[dt]['seconds']:.2f}x faster; the same outcome on "
+              f"{same_outcome} of {len(problems)} episodes, the same conversation on {same_episode}")
+    print(f"on {res['machine']['cpu']} ({res['machine']['cores']} cores; bf16 units: "
+          f"{', '.join(f for f in res['machine']['vector_extensions'] if 'bf16' in f) or 'none'})")
+    if json_path: Path(json_path).write_text(json.dumps(res, indent=1))
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--profile", default="smoke", help="the profile whose train section (base, context fitting, rollout settings) is used")
@@ -107,6 +142,7 @@ def main():
     ap.add_argument("--skip", default="", help="comma-separated: vllm,transformers,reprefill")
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast for the transformers backend (only where the CPU has bf16 instructions)")
     ap.add_argument("--json", default=None, help="write the results here too")
+    ap.add_argument("--dtypes", default=None, help="e.g. float32,bfloat16: vLLM once per dtype on the same episodes, nothing else")
     a = ap.parse_args()
     import datasets, torch
     from shopdistill.training.recipe import find_stage
@@ -141,6 +177,8 @@ def main():
         taps.append(EngineTap(build(*args, **kw)))
         return taps[-1]
     R.vllm_engine = tapped
+    if a.dtypes: return compare_dtypes(a.dtypes.split(","), folder, tok, problems, engine, replace(ts.rollout, backend="vllm", **sizes),
+                                       common, a.json, spec)
     slow = problems[: a.slow_episodes]
     runs, res = {}, {}
     for name in ("vllm", "transformers", "reprefill"):

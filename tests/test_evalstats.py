@@ -3,6 +3,7 @@ import itertools, math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from shopdistill.training.evalstats import _resampled_means, pass_at_k, paired_bootstrap, stage_row, success_by_problem, wilson
 
@@ -91,33 +92,52 @@ def _episodes(successes: dict[str, list[bool]], **extra) -> list[dict]:
 
 
 def test_stage_row():
-    eps = _episodes({"a": [True] + [False] * 7, "b": [False] * 8, "c": [False, True] + [False] * 6, "d": [True] * 8})
+    "Sample 0 is the greedy attempt (the ASR); samples 1-8 are drawn alike (pass@k); a greedy success is no draw."
+    eps = _episodes({"a": [True] + [False] * 8, "b": [False] * 9, "c": [False, True] + [False] * 7, "d": [True] * 9})
     row = stage_row("sft", eps[::-1])  # order of episodes does not matter
-    assert row["stage"] == "sft" and row["n_problems"] == 4 and row["n_samples"] == 32
+    assert row["stage"] == "sft" and row["n_problems"] == 4 and row["n_samples"] == 36
     assert row["asr"] == 0.5  # sample 0 succeeded on a and d
     assert (row["asr_lo"], row["asr_hi"]) == pytest.approx(wilson(2, 4))
-    assert row["pass@1"] == pytest.approx((1 + 0 + 1 + 8) / 32)
-    assert row["pass@8"] == pytest.approx(3 / 4)
+    assert row["pass@1"] == pytest.approx((0 + 0 + 1 + 8) / 32)
+    assert row["pass@8"] == pytest.approx(2 / 4)  # c and d: a's only success was its greedy attempt
     assert row["valid_call_rate"] == pytest.approx(2 / 3)
     assert row["existing_id_rate"] == 1.0
-    assert success_by_problem(eps) == {"a": 1 / 8, "b": 0.0, "c": 1 / 8, "d": 1.0}
+    assert success_by_problem(eps) == {"a": 1 / 9, "b": 0.0, "c": 1 / 9, "d": 1.0}
 
 
 def test_stage_row_one_sample_and_missing_recommendations():
+    "A stage measured greedily only has an ASR and no pass@k: a greedy attempt is not a draw."
     eps = _episodes({"a": [True], "b": [False], "c": [False]})
     eps[1]["recommended"] = []  # recommended nothing: all([]) must not count as an existing id
     eps[2]["recommended_exist"] = False
     row = stage_row("base", eps)
-    assert row["asr"] == row["pass@1"] == pytest.approx(1 / 3)
-    assert math.isnan(row["pass@8"])
+    assert row["asr"] == pytest.approx(1 / 3) and row["pass_problems"] == 0
+    assert math.isnan(row["pass@1"]) and math.isnan(row["pass@8"])
     assert row["existing_id_rate"] == pytest.approx(1 / 3)
     with pytest.raises(ValueError): stage_row("empty", [])
 
 
+def test_stage_row_rates_count_the_greedy_episodes_only():
+    "A sampled stage and a greedy one are compared on the same attempts: the draws never enter the call and id rates."
+    eps = _episodes({"a": [True], "b": [True]})
+    draws = [{**e, "sample": i, "valid_calls": 0, "recommended_exist": False} for e in eps for i in range(1, 9)]
+    row = stage_row("kto", eps + draws)
+    assert (row["valid_call_rate"], row["existing_id_rate"]) == (pytest.approx(2 / 3), 1.0)
+
+
+@given(st.lists(st.lists(st.booleans(), min_size=9, max_size=9), min_size=1, max_size=12))
+@settings(max_examples=60, deadline=None)
+def test_pass_at_k_never_falls_as_k_grows(runs):
+    "pass@k from samples drawn alike cannot fall with k, whatever the greedy attempt did."
+    row = stage_row("x", _episodes({f"p{i}": r for i, r in enumerate(runs)}), ks=range(1, 9))
+    curve = [row[f"pass@{k}"] for k in range(1, 9)]
+    assert all(b >= a - 1e-12 for a, b in zip(curve, curve[1:])), curve
+
+
 def test_stage_row_pass_at_k_on_the_sampled_subset():
-    "eval.sampled_problems: every sample on some problems, the greedy one on the rest; ASR on all, pass@k on the sampled ones."
-    eps = _episodes({"a": [True] + [False] * 7, "b": [False] * 7 + [True], "c": [True], "d": [False]})
+    "eval.sampled_problems: draws on some problems, the greedy attempt on all; ASR on all, pass@k on the sampled ones."
+    eps = _episodes({"a": [True] + [False] * 8, "b": [False] * 8 + [True], "c": [True], "d": [False]})
     row = stage_row("kto", eps)
-    assert (row["n_problems"], row["pass_problems"], row["n_samples"]) == (4, 2, 18)
+    assert (row["n_problems"], row["pass_problems"], row["n_samples"]) == (4, 2, 20)
     assert row["asr"] == 0.5  # sample 0 of a and c
-    assert row["pass@1"] == pytest.approx(2 / 16) and row["pass@8"] == pytest.approx(1.0)  # a and b only: c's one greedy sample is not pass@1
+    assert row["pass@1"] == pytest.approx(1 / 16) and row["pass@8"] == pytest.approx(0.5)  # b's draw; not a's greedy win

@@ -88,10 +88,13 @@ def _first_samples(episodes: list[dict]) -> dict[str, dict]:
 
 
 def _sampled(episodes: list[dict]) -> dict[str, float]:
-    "Each problem's success rate on the problems that got the most samples (pass@k's subset); empty for a stage sampled once."
-    groups = per_problem(episodes)
+    """Each problem's success rate over its draws (samples 1 and up) on the problems that got the most of them
+    (pass@k's subset); empty for a stage measured greedily only."""
+    draws = [e for e in episodes if e.get("sample", 0) > 0]
+    if not draws: return {}
+    groups = per_problem(draws)
     m = max(len(g) for g in groups.values())
-    return {k: v for k, v in success_by_problem(episodes).items() if len(groups[k]) == m} if m > 1 else {}
+    return {k: v for k, v in success_by_problem(draws).items() if len(groups[k]) == m}
 
 
 def stage_results(by_stage: dict[str, list[dict]], problems: dict[str, dict], catalog=None, ks=(1, 2, 4, 8),
@@ -214,7 +217,8 @@ def stage_facts(train: TrainFolder) -> dict:
 
 # %% ../../nbs/07_results/02_collect.ipynb #401237bf
 def pass_at_k_curve(episodes: list[dict], ks) -> list[float]:
-    "Mean unbiased pass@k over problems, for each k (problems with fewer than k samples are left out of that k)."
-    groups = per_problem(episodes)
+    """Mean unbiased pass@k over problems from the samples drawn alike (1 and up; the greedy sample 0 is no draw), for
+    each k (problems with fewer than k draws are left out of that k)."""
+    groups = {p: d for p, g in per_problem(episodes).items() if (d := [e for e in g if e.get("sample", 0) > 0])}
     return [float(np.mean([pass_at_k(len(g), sum(bool(e["success"]) for e in g), k)
                            for g in groups.values() if len(g) >= k] or [np.nan])) for k in ks]
