@@ -96,7 +96,7 @@ def _sampled(episodes: list[dict]) -> dict[str, float]:
     m = max(len(g) for g in groups.values())
     return {k: v for k, v in success_by_problem(draws).items() if len(groups[k]) == m}
 
-
+# %% ../../nbs/07_results/02_collect.ipynb #c4d1778f
 def stage_results(by_stage: dict[str, list[dict]], problems: dict[str, dict], catalog=None, ks=(1, 2, 4, 8),
                   n_boot: int = 10_000) -> dict:
     """Named numbers per stage: ASR (production_strict and upstream) with Wilson 95%, CAR, pass@k (on `pass_problems`),
