@@ -1540,6 +1540,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                                 'shopdistill/results/figures.py'),
                                              'shopdistill.results.figures.pass_at_k_figure': ( '07_results/figures.html#pass_at_k_figure',
                                                                                                'shopdistill/results/figures.py'),
+                                             'shopdistill.results.figures.process_figure': ( '07_results/figures.html#process_figure',
+                                                                                             'shopdistill/results/figures.py'),
                                              'shopdistill.results.figures.save_figure': ( '07_results/figures.html#save_figure',
                                                                                           'shopdistill/results/figures.py'),
                                              'shopdistill.results.figures.stages_figure': ( '07_results/figures.html#stages_figure',
