@@ -202,7 +202,8 @@ def test_the_grpo_claim_needs_both_stages_sampled(tmp_path):
 def test_pass1_is_compared_only_on_the_same_sampled_problems():
     "stage_results pairs pass@1 of two stages sampled on the same problems, and only then (the claim's interval)."
     eps = lambda n, hit: [{"problem_id": f"p{i}", "sample": j, "success": hit(i, j), "category": "product"} for i in range(6) for j in range(n)]
-    kto, grpo = eps(8, lambda i, j: j < 2), eps(8, lambda i, j: j < 4)
+    # sample 0 greedy, samples 1..8 alike: pass@1 is read from the like samples only
+    kto, grpo = eps(9, lambda i, j: 1 <= j < 3), eps(9, lambda i, j: j < 5)
     r = stage_results({"stage4_kto": kto, "dr_grpo": grpo}, {}, ks=(1, 8), n_boot=200)
     assert r["stage.dr_grpo.vs_prev.pass@1.diff"] == pytest.approx(r["stage.dr_grpo.pass@1"] - r["stage.stage4_kto.pass@1"]) == pytest.approx(0.25)
     assert r["stage.dr_grpo.pass_problems"] == 6

@@ -4,7 +4,8 @@
 
 # %% auto #0
 __all__ = ['STYLES', 'FUNNEL_PUBLISHED', 'arena_table', 'funnel_table', 'confusion_table', 'audits_table', 'main_results_table',
-           'per_category_table', 'did_sentence', 'grpo_pass_sentence', 'prose_macros', 'published_macros']
+           'per_category_table', 'did_sentence', 'grpo_pass_sentence', 'prose_macros', 'process_table',
+           'step_change_sentence', 'process_macros', 'published_macros']
 
 # %% ../../nbs/07_results/03_tables.ipynb #d6a6f1b7
 from ..training.recipe import known_stage, stage_label, stage_words
@@ -268,6 +269,73 @@ def prose_macros(q: Quoted, stages: list[str]) -> dict[str, str]:
         out["PassGap"] = gap_sentence(q, f"stage.{sampled[-1]}.pass@1", f"stage.{sampled[-1]}.pass@8")
         out["PassGapStage"] = stage_words(sampled[-1])
     for name, text in out.items(): q.say(name, text)
+    return out
+
+# %% ../../nbs/07_results/03_tables.ipynb #5ee7ecfd
+def _iv(q: Quoted, key: str, fmt: str = "{:.1f}", scale: float = 1.0, name: str | None = None) -> str:
+    "`key` with its interval (`key.lo`, `key.hi`) as one cell; `--` when the run has no such number."
+    if key not in q.results: return "--"
+    return (f"{q.run(key, fmt, scale, name=name)} [{q.run(key + '.lo', fmt, scale)}, "
+            f"{q.run(key + '.hi', fmt, scale)}]")
+
+
+def process_table(q: Quoted, stages: list[str], source: str = "this run") -> str:
+    """Per stage, from its greedy held-out episodes: valid calls, missing ids recommended, recommend-then-terminate,
+    cut by a budget (%, Wilson 95%), assistant turns and generated tokens per episode (t 95%); the held-out per-step
+    score (bootstrap 95%) and its paired difference to the stage before; the evaluation's seconds."""
+    rows = []
+    for s in stages:
+        p = f"stage.{s}.process"
+        d = f"stage.{s}.step_score.vs_prev"
+        diff = (f"{q.run(d + '.diff', '{:+.2f}')} [{q.run(d + '.lo', '{:+.2f}')}, {q.run(d + '.hi', '{:+.2f}')}]"
+                if d + ".diff" in q.results else "")
+        secs = q.run(f"stage.{s}.eval.seconds", "{:,.0f}") if f"stage.{s}.eval.seconds" in q.results else "--"
+        rows.append([stage_label(s), *[_iv(q, f"{p}.{k}", scale=100) for k in
+                                       ("valid_call_rate", "hallucinated_id_rate", "finish_rate", "cut_rate")],
+                     _iv(q, f"{p}.mean_turns"), _iv(q, f"{p}.mean_generated_tokens"),
+                     _iv(q, f"stage.{s}.step_score", "{:.2f}", name=macro_name("stepscore", s)), diff, secs])
+    return booktabs(["system", "valid calls %", "missing ids %", "recommend + terminate %", "cut by budget %",
+                     "turns", "tokens / episode", "per-step score", "vs previous", "eval s"], rows,
+                    f"How each stage plays its greedy held-out episodes, and its per-step score ({source}).",
+                    "tab:process", align="l" + "r" * 9,
+                    notes="Shares: Wilson intervals (valid calls: of calls; the rest: of episodes); turns and tokens: "
+                          "t intervals; per-step score: the stage-5 reward of one greedy turn on held-out teacher "
+                          "states, on the reward's range (its bottom: a malformed call; its top: the teacher's own "
+                          "turn), bootstrap intervals, paired by state for the difference.")
+
+# %% ../../nbs/07_results/03_tables.ipynb #17ff2bf6
+def step_change_sentence(q: Quoted, before: str, after: str) -> str:
+    """A verb phrase for the change of the held-out per-step score from stage `before` to stage `after`, chosen by the
+    paired interval of the difference (`stage.<after>.step_score.vs_prev.*`)."""
+    a, b = (q.run(f"stage.{s}.step_score", "{:.2f}") for s in (before, after))
+    d, l, h = (q.run(f"stage.{after}.step_score.vs_prev.{k}", "{:+.2f}") for k in ("diff", "lo", "hi"))
+    points = f"{d}, interval [{l}, {h}]"
+    verdict = change_verdict(q.results.get(f"stage.{after}.step_score.vs_prev.lo"),
+                             q.results.get(f"stage.{after}.step_score.vs_prev.hi"))
+    if verdict == "up": return f"raises the held-out per-step score from {a} to {b} ({points})"
+    if verdict == "down": return f"lowers the held-out per-step score from {a} to {b} ({points})"
+    return f"does not move the held-out per-step score measurably: {a} before, {b} after ({points}, an interval that holds zero)"
+
+
+def process_macros(q: Quoted, stages: list[str]) -> dict[str, str]:
+    """The paper's process sentences (`Quoted.say`): `\\StepChange<Stage>` for each stage after the first with a
+    per-step score, and, from the first stage to the last, `\\ProcessFinish` (recommend, then terminate) and
+    `\\ProcessMissingIds` (recommending ids the catalog lacks), chosen by their Wilson intervals; `\\StepStates`
+    quotes how many states were scored."""
+    out = {}
+    for prev, s in zip(stages, stages[1:]):
+        if f"stage.{s}.step_score.vs_prev.diff" in q.results:
+            out[macro_name("stepchange", s)] = step_change_sentence(q, prev, s)
+    first, last = stages[0], stages[-1]
+    for name, k, what in (("ProcessFinish", "finish_rate", "the share of episodes that recommend and then terminate"),
+                          ("ProcessMissingIds", "hallucinated_id_rate",
+                           "the share of episodes that recommend an id the catalog lacks")):
+        keys = [tuple(f"stage.{s}.process.{k}{e}" for e in ("", ".lo", ".hi")) for s in (first, last)]
+        if len(stages) > 1 and all(x in q.results for x in keys[0] + keys[1]):
+            out[name] = interval_sentence(q, *keys, what=what)
+    for name, text in out.items(): q.say(name, text)
+    if f"stage.{first}.step_score.n_states" in q.results:
+        q.run(f"stage.{first}.step_score.n_states", "{:d}", name="StepStates")
     return out
 
 # %% ../../nbs/07_results/03_tables.ipynb #d5e86aa2
