@@ -308,12 +308,27 @@ def test_a_chapter_folder_runs_its_notebooks_in_order_from_their_own_folder(proj
                                        configs_dir=project / "configs")] == ["02_third/01_this_profile"]
 
 
-@pytest.mark.parametrize("section", [s for s in __import__("shopdistill.reproduce.settings", fromlist=["Settings"]).Settings.sections() if s not in ("seed", "publish")])
+@pytest.mark.parametrize("section", [s for s in __import__("shopdistill.reproduce.settings", fromlist=["Settings"]).Settings.sections() if s not in ("seed", "publish", "variants")])
 def test_a_typo_in_any_section_is_reported_with_its_section(tmp_path, section):
     "Every chapter's section is typed: a misspelt key anywhere in the file is an error naming section, key and file."
     p = tmp_path / "typo.yaml"
     p.write_text(f"{section}:\n  not_a_{section}_key: 1\n")
     with pytest.raises(ConfigError, match=rf"unknown key '{section}\.not_a_{section}_key' \(known keys of '{section}': ") as e:
+        load_config(p)
+    assert str(p) in str(e.value)
+
+
+@pytest.mark.parametrize("text, says", [
+    ("variants:\n  stage9_dpo: {seeds: [1]}\n", "'variants.stage9_dpo': no such stage (stages: base, stage1_sft"),
+    ("variants:\n  dr_grpo: {arms: {cool: {temprature: 0.2}}}\n", "unknown key 'variants.dr_grpo.arms.cool.temprature'"),
+    ("variants:\n  dr_grpo: {arms: {cool: {temperature: hot}}}\n", "'variants.dr_grpo.arms.cool.temperature' should be float"),
+    ("variants:\n  dr_grpo: {sedes: [1]}\n", "unknown key 'variants.dr_grpo.sedes'"),
+    ("variants:\n  base: {seeds: [1]}\n", "stage base trains nothing")])
+def test_a_mistake_in_a_variant_is_reported_when_the_profile_loads(tmp_path, text, says):
+    "`variants:` names stages and their settings keys: a wrong stage, key or value is an error naming it and the file."
+    p = tmp_path / "variants.yaml"
+    p.write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(says)) as e:
         load_config(p)
     assert str(p) in str(e.value)
 
