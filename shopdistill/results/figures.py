@@ -202,7 +202,7 @@ def process_figure(res: dict, stages: list[str], axes=None, label: str | None = 
         v = np.array([100 * (res.get(q) or 0.0) for q in keys])
         lo = np.array([100 * res.get(q + ".lo", 0.0) for q in keys]); hi = np.array([100 * res.get(q + ".hi", 0.0) for q in keys])
         axes[0].bar(x + j * w, v, w, label=words)
-        axes[0].errorbar(x + j * w, v, yerr=[v - lo, hi - v], fmt="none", ecolor="black", capsize=2, lw=0.8)
+        axes[0].errorbar(x + j * w, v, yerr=np.clip([v - lo, hi - v], 0, None), fmt="none", ecolor="black", capsize=2, lw=0.8)
     axes[0].set_xticks(x + w * (len(PROCESS_SHARES) - 1) / 2, [stage_label(s) for s in stages], rotation=20, fontsize=8)
     axes[0].set(ylim=(0, 105), ylabel="share of greedy episodes (valid calls: of calls) (%)",
                 title="How each stage plays (Wilson 95%)" + (f"\n{label}" if label else ""))
@@ -210,7 +210,7 @@ def process_figure(res: dict, stages: list[str], axes=None, label: str | None = 
     scored = [s for s in stages if f"stage.{s}.step_score" in res]
     y = np.array([res[f"stage.{s}.step_score"] for s in scored])
     lo = np.array([res[f"stage.{s}.step_score.lo"] for s in scored]); hi = np.array([res[f"stage.{s}.step_score.hi"] for s in scored])
-    axes[1].errorbar(np.arange(len(scored)), y, yerr=[y - lo, hi - y], fmt="o", color="#4c72b0", capsize=4)
+    axes[1].errorbar(np.arange(len(scored)), y, yerr=np.clip([y - lo, hi - y], 0, None), fmt="o", color="#4c72b0", capsize=4)
     axes[1].set_xticks(np.arange(len(scored)), [stage_label(s) for s in scored], rotation=20, fontsize=8)
     axes[1].set(ylim=(-3.1, 3.1), ylabel="mean stage-5 reward of one greedy turn",
                 title="Per-step score on held-out teacher states (bootstrap 95%)" + (f"\n{label}" if label else ""))
