@@ -86,7 +86,8 @@ def test_the_committed_sentences_agree_with_the_committed_numbers():
     changes = {k: v for k, v in macros.items() if k.startswith("Change")}
     assert changes, "macros.tex holds no stage sentence: chapter 07 predates the generated prose"
     from shopdistill.results.tex import macro_name
-    stages = [k[len("stage."):-len(".vs_prev.lo")] for k in results if k.endswith(".vs_prev.lo")]
+    # a stage's own ASR change (`stage.<s>.vs_prev.lo`), not a measure of it (`stage.<s>.step_score.vs_prev.lo`)
+    stages = [k[len("stage."):-len(".vs_prev.lo")] for k in results if re.fullmatch(r"stage\.\w+\.vs_prev\.lo", k)]
     for s in stages:
         verdict = change_verdict(results[f"stage.{s}.vs_prev.lo"], results[f"stage.{s}.vs_prev.hi"])
         text = macros[macro_name("change", s)]
