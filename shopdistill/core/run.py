@@ -28,8 +28,7 @@ def repo_root() -> Path:
 def _folder(env: str, default: Path, make: bool) -> Path:
     "The folder named by environment variable `env`, else `default`; created when `make`."
     p = Path(os.environ[env]).expanduser().absolute() if os.environ.get(env) else default
-    if make: p.mkdir(parents=True, exist_ok=True)
-    return p
+    return _made(p) if make else p
 
 
 def configs_dir() -> Path:
