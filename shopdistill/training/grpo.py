@@ -43,7 +43,6 @@ class GrpoSettings(OptimSettings):
     # per_step: the reward reads the end of the turn from the token ids (False: the decoded text alone, as before)
     turn_end: bool = True
     unended_reward: float = -3.0  # a turn cut at max_completion_length: no credit, the reward's minimum
-    # the objective (Dr. GRPO, Liu et al. 2025)
     loss_type: str = "dr_grpo"
     scale_rewards: str = "none"  # advantages r - mean(group r), not divided by the group's std
     beta: float = 0.0  # no KL penalty, no reference model
@@ -53,22 +52,19 @@ class GrpoSettings(OptimSettings):
     importance_sampling_level: str = "token"
     # a completion cut at max_completion_length takes no part in the loss (TRL's default: it does)
     mask_truncated_completions: bool = True
-    # optimiser (`OptimSettings`: only GRPO's own defaults here)
     lr: float = 1e-6
     scheduler: str = "constant"
     warmup_ratio: float = 0.0
-    # sampling
     num_generations: int = 8  # samples per state (the group)
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
     # per_step: one assistant turn; outcome: every turn plus the tool results between them
     max_completion_length: int = 2048  # one assistant turn of Qwen3-4B (thinking + calls)
-    # batching: batch_size * grad_accum completions per optimiser step, a multiple of num_generations
+    # batch_size * grad_accum completions per optimiser step, a multiple of num_generations
     batch_size: int = 8
     grad_accum: int = 4
-    # states (per_step)
-    # the paper-scale run screens 4000 states, 64 prompts at a time
+    # states (per_step; the paper-scale run screens 4000 states, 64 prompts at a time)
     # task: states of the categories stage 1 trains on (train.sft.categories) | all: every category
     states: str = "task"
     screen_states: int = 4000  # train-split states sampled from the per-step view and screened (0: all)
@@ -77,7 +73,6 @@ class GrpoSettings(OptimSettings):
     mixed_only: bool = True  # keep only states whose screening samples got different rewards (training.md §6)
     max_states: int = 0  # cap on kept states (0: all kept)
     max_prompt_tokens: int = 12_288  # states with longer prompts are skipped
-    # outcome
     outcome_problems: int = 0  # open-pool problems played per epoch (0: all)
     max_tool_calls: int = 30  # tool-calling iterations per episode (upstream step cap)
     # backend (precision: `OptimSettings`; LoRA: `LoraSettings`)
@@ -92,9 +87,8 @@ class GrpoSettings(OptimSettings):
         if self.states not in STATES: raise ValueError(f"grpo.states must be one of {STATES}, got {self.states!r}")
         if self.reward not in REWARDS: raise ValueError(f"grpo.reward must be one of {REWARDS}, got {self.reward!r}")
         if (self.batch_size * self.grad_accum) % self.num_generations:
-            raise ValueError(f"grpo: batch_size * grad_accum ({self.batch_size} * {self.grad_accum}) must "
-                             "be a multiple of "
-                             f"num_generations ({self.num_generations}): TRL's generation batch holds whole groups")
+            raise ValueError(f"grpo: batch_size * grad_accum ({self.batch_size} * {self.grad_accum}) must be a multiple "
+                             f"of num_generations ({self.num_generations}): TRL's generation batch holds whole groups")
         if self.num_generations < 2:
             raise ValueError("grpo.num_generations must be at least 2: a group of one has no advantage")
 
