@@ -166,14 +166,14 @@ def stage_results(by_stage: dict[str, list[dict]], problems: dict[str, dict], ca
     return out
 
 # %% ../../nbs/07_results/02_collect.ipynb #0077933f
-def _variant_numbers(p: str, st, v, n_boot: int) -> dict:
-    "The named numbers of variant folder `v` of stage folder `st`, under prefix `p`."
+def _variant_numbers(p: str, stage_greedy: dict[str, float], v, n_boot: int) -> dict:
+    "The named numbers of variant folder `v` under prefix `p`; `stage_greedy`: its stage's greedy success by problem."
     eps = read_episodes(v.episodes)
     row = stage_row(v.name, eps, (1, 8))
     out = {f"{p}.{k}": None if isinstance(row[k], float) and math.isnan(row[k]) else row[k]
            for k in ("asr", "asr_lo", "asr_hi", "n_problems", "valid_call_rate", "existing_id_rate")}
     out.update({f"{p}.{k}": v for k, v in _pass_row(eps, (1, 8)).items() if k.startswith("pass@")})  # like samples
-    a = {k: float(e["success"]) for k, e in _first_samples(read_episodes(st.episodes)).items()}
+    a = stage_greedy
     b = {k: float(e["success"]) for k, e in _first_samples(eps).items()}
     common = sorted(set(a) & set(b))
     bs = paired_bootstrap([a[k] for k in common], [b[k] for k in common], n_boot=n_boot, seed=0)
@@ -187,13 +187,16 @@ def variant_results(train: TrainFolder, n_boot: int = 10_000) -> dict:
     never finished its evaluation, gives `...failed` with the reason instead."""
     out = {}
     for st in train.stages(stage_names()):
+        greedy = None  # the stage's greedy successes, read once for all its variants
         for v in st.variant_folders():
             kind, _, name = v.name.partition(".")
             p = f"stage.{st.name}.{kind}.{name}"
             if v.failure.exists(): out[f"{p}.failed"] = json.loads(v.failure.read_text())["error"]
             elif not v.has_evaluation: out[f"{p}.failed"] = "no evaluation: the variant did not finish"
             elif not st.has_evaluation: out[f"{p}.failed"] = f"stage {st.name} has no evaluation to pair it with"
-            else: out.update(_variant_numbers(p, st, v, n_boot))
+            else:
+                greedy = greedy or {k: float(e["success"]) for k, e in _first_samples(read_episodes(st.episodes)).items()}
+                out.update(_variant_numbers(p, greedy, v, n_boot))
     return out
 
 # %% ../../nbs/07_results/02_collect.ipynb #fff7c73e
