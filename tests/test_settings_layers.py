@@ -19,7 +19,7 @@ _spec.loader.exec_module(layers)
 # the CPU: `train.rollout.vllm_dtype: auto`, which moves smoke's results where the CPU has bf16 units; then by stage 5's
 # reward that reads the turn's end, its task-matched states, steps from states, and smoke's seeds of stage 5.)
 DIGESTS = {
-    "smoke": "65eba029b271502d3a197f55a50db6162fcf4644623e7e26bcb4a1b843d6fef4",
+    "smoke": "d1d6461b507c6c35c198ac3065f8c9ef9c330e628f01e64db69dc42263166821",
     "ci": "04ac2e0f7a2f25286b8fb3d56a38be5baa057107ca3337753f9e464b46142e2a",
     "full": "adf6484ff0ad54bbee26ee65e6764fd3b5a0b068c57c00f6819cae405f58f987",
 }
