@@ -359,7 +359,7 @@ def process_macros(q: Quoted, stages: list[str]) -> dict[str, str]:
         if len(stages) > 1 and all(x in q.results for x in keys[0] + keys[1]):
             out[name] = interval_sentence(q, *keys, what=what)
     for s in stages:  # seeds of a stage, where the profile ran some
-        if seed_sentence(q, s): out[macro_name("seeds", s)] = seed_sentence(q, s)
+        if said := seed_sentence(q, s): out[macro_name("seeds", s)] = said  # once: each call quotes its numbers
     for name, text in out.items(): q.say(name, text)
     if f"stage.{first}.step_score.n_states" in q.results:
         q.run(f"stage.{first}.step_score.n_states", "{:d}", name="StepStates")
