@@ -19,8 +19,8 @@ _spec.loader.exec_module(layers)
 # the CPU: `train.rollout.vllm_dtype: auto`, which moves smoke's results where the CPU has bf16 units; then by stage 5's
 # reward that reads the turn's end, its task-matched states, steps from states, and smoke's seeds of stage 5.)
 DIGESTS = {
-    "smoke": "d1d6461b507c6c35c198ac3065f8c9ef9c330e628f01e64db69dc42263166821",
-    "ci": "04ac2e0f7a2f25286b8fb3d56a38be5baa057107ca3337753f9e464b46142e2a",
+    "smoke": "ecaa1e69353093b3291ee2209275ba84588b04299598a5e7f1170f7d8b6b22e8",
+    "ci": "8247a8dad7e61a98d2297a058ded1334d18b96c10f31577ade1226221bcbe403",
     "full": "adf6484ff0ad54bbee26ee65e6764fd3b5a0b068c57c00f6819cae405f58f987",
 }
 
