@@ -6,6 +6,7 @@ import pytest
 
 from shopdistill.results.collect import (heldout_steps, pass_at_k_curve, process_record, step_results, step_scores,
                                          stage_results)
+from shopdistill.training.grpo import END_OF_TURN
 from shopdistill.training.rewards import REWARD_RANGE, message_text
 
 
@@ -22,28 +23,31 @@ def states():
     engine = SearchEngine.build(cat)
     steps = heldout_steps(synthesize_tasks(cat, {"product": 3, "shop": 2, "voucher": 2}, seed=3), engine, limit=0)
     tok = load_tokenizer("tiny", TrainSettings(), texts=[m.get("content") or "" for r in steps for m in r["prompt"]])
-    rows = state_rows(steps, tok)[0]
-    assert len(rows) == len(steps) > 10
+    rows, rep = state_rows(steps, tok)
+    assert len(rows) == len(steps) - rep["other_tools"] > 10  # a teacher's call on a tool the policy is never shown: skipped
     return rows
 
 
 def test_a_policy_that_copies_the_teacher_scores_the_top_of_the_range(states):
-    copy = step_scores([message_text(json.loads(s["teacher_action"])) for s in states], states)
+    copy = step_scores([message_text(json.loads(s["teacher_action"])) + END_OF_TURN for s in states], states)
     assert {v["reward"] for v in copy.values()} == {REWARD_RANGE[1]}
-    assert {(v["format"], v["tool_name"], v["match"]) for v in copy.values()} == {(1.0, 1.0, 1.0)}
+    assert {(v["format"], v["tool_name"], v["match"], v["ended"]) for v in copy.values()} == {(1.0, 1.0, 1.0, 1.0)}
     res = step_results({"base": copy}, n_boot=200)
     assert res["stage.base.step_score"] == res["stage.base.step_score.lo"] == REWARD_RANGE[1]
 
 
 def test_a_policy_that_writes_nothing_or_broken_calls_scores_the_bottom(states):
-    "An empty turn is well-formed: it keeps the format part (1 of 7) and nothing else; a broken call scores the minimum."
-    empty = step_scores([""] * len(states), states)
-    assert {(v["format"], v["tool_name"], v["match"]) for v in empty.values()} == {(1.0, 0.0, 0.0)}
+    "A turn that says nothing, a broken call, and the teacher's own turn cut before its end all score the minimum."
     lo, hi = REWARD_RANGE
-    assert [v["reward"] for v in empty.values()] == pytest.approx([lo + (hi - lo) / 7] * len(states))
-    broken = step_scores(["<tool_call>{not json</tool_call>"] * len(states), states)
+    empty = step_scores([END_OF_TURN] * len(states), states)
+    assert {v["reward"] for v in empty.values()} == {lo}
+    broken = step_scores(["<tool_call>{not json</tool_call>" + END_OF_TURN] * len(states), states)
     assert {v["reward"] for v in broken.values()} == {lo}
-    res = step_results({"base": broken, "dr_grpo": empty}, n_boot=200)
+    cut = step_scores([message_text(json.loads(s["teacher_action"])) for s in states], states)
+    assert {(v["reward"], v["ended"]) for v in cut.values()} == {(lo, 0.0)}
+    half = step_scores([message_text(json.loads(s["teacher_action"])) + END_OF_TURN * (i % 2) for i, s in enumerate(states)],
+                       states)
+    res = step_results({"base": empty, "dr_grpo": half}, n_boot=200)
     assert res["stage.dr_grpo.step_score.vs_prev.lo"] > 0  # paired by state
 
 

@@ -39,8 +39,10 @@ TABLE = [
     ("missing arg", T_FIND, tc("find_product", {"q": "red cotton shirt"}), reward_of(1, 1 + F(1, 2) + 1, 4)),
     # names 1 + keys J({q,page},{q,page,sort}) = 2/3 + q 1 + page 1
     ("extra arg", T_FIND, tc("find_product", {"q": "red cotton shirt", "page": 1, "sort": "price"}), reward_of(1, 1 + F(2, 3) + 2, 4)),
-    # names 1 + keys 1 + q 1 + page: str vs int = 0
-    ("type mismatch", T_FIND, tc("find_product", {"q": "red cotton shirt", "page": "1"}), reward_of(1, 3, 4)),
+    # names 1 + keys 1 + q 1 + page "1" read as the schema's integer, as the sandbox reads it = 1
+    ("page as text", T_FIND, tc("find_product", {"q": "red cotton shirt", "page": "1"}), reward_of(1, 4, 4)),
+    # names 1 + keys 1 + q 1 + page: "one" is no integer = 0
+    ("page not a number", T_FIND, tc("find_product", {"q": "red cotton shirt", "page": "one"}), reward_of(1, 3, 4)),
     # names J({find},{find,view}) = 1/2 + the find call 3
     ("extra call", T_FIND, tc(*FIND) + "\n" + tc("view_product_information", {"product_ids": "1"}), reward_of(1, F(1, 2) + 3, 4)),
     # names 0, no same-name call: only the format
@@ -64,6 +66,8 @@ TABLE = [
     ("unparseable among good calls", T_TWO, tc("find_product", {"q": "red shirt"}) + "\n<tool_call>\n{oops}\n</tool_call>", REWARD_RANGE[0]),
     ("no arguments object", T_FIND, '<tool_call>\n{"name": "find_product"}\n</tool_call>', REWARD_RANGE[0]),
     ("unparseable for a text teacher", T_TEXT, "<tool_call>\n[1, 2]\n</tool_call>", REWARD_RANGE[0]),
+    ("empty turn", T_FIND, "", REWARD_RANGE[0]),
+    ("empty turn for a text teacher", T_TEXT, "<think>\n\n</think>\n\n", REWARD_RANGE[0]),
 ]
 
 
@@ -77,7 +81,8 @@ def test_reward_table(case, teacher, completion, expected):
 def test_table_is_ordered_sensibly():
     by = {c[0]: c[3] for c in TABLE}
     assert by["exact"] == REWARD_RANGE[1] and by["unparseable JSON"] == REWARD_RANGE[0]
-    partial = [v for k, v in by.items() if k not in ("exact", "exact with thinking and content", "reordered calls", "text-only teacher, text")
+    partial = [v for k, v in by.items() if k not in ("exact", "exact with thinking and content", "reordered calls", "text-only teacher, text",
+                                                     "page as text")
                and v not in REWARD_RANGE]
     assert partial and all(REWARD_RANGE[0] < v < REWARD_RANGE[1] for v in partial)
     assert by["wrong arg value"] > by["missing arg"] > by["wrong name"] > by["unparseable JSON"]
@@ -137,3 +142,22 @@ def test_teacher_turns_of_the_corpus_are_maximal():
     for row in steps.select(range(0, len(steps), max(1, len(steps) // 150))):
         comp = teacher_completion(tok, row["prompt"], row["teacher_action"], json.loads(row["tools"]))
         assert step_reward(comp, row["teacher_action"]) == REWARD_RANGE[1], row["trajectory_id"]
+
+
+def test_page_as_text_and_as_number_score_alike():
+    "The sandbox reads every argument as text, so page \"2\" and page 2 open the same page and score the same."
+    teacher = msg(("find_product", {"q": "red cotton shirt", "page": 2}))
+    assert step_reward(tc("find_product", {"q": "red cotton shirt", "page": "2"}), teacher) == step_reward(
+        tc("find_product", {"q": "red cotton shirt", "page": 2}), teacher) == REWARD_RANGE[1]
+
+
+def test_a_turn_cut_at_the_budget_scores_below_the_same_turn_ended():
+    from shopdistill.training.rewards import turn_reward
+    right = tc(*FIND)
+    assert step_reward(right, T_FIND, ended=False) < step_reward(right, T_FIND, ended=True) == REWARD_RANGE[1]
+    # through TRL's reward interface: the end is read from the token ids (7 ends a turn here), not from the text
+    got = turn_reward(stop_ids=[7], unended=-2.5)(completions=[right, right], teacher_action=[json.dumps(T_FIND)] * 2,
+                                                  completion_ids=[[1, 2, 7], [1, 2, 3]])
+    assert got == [REWARD_RANGE[1], -2.5]
+    # the text-only reward cannot tell them apart: what the ablation's `turn_end: false` arm keeps
+    assert per_step_reward(completions=[right], teacher_action=[json.dumps(T_FIND)]) == [REWARD_RANGE[1]]

@@ -16,11 +16,12 @@ _spec.loader.exec_module(layers)
 # repository, so the same on every machine). Moving a value between the dataclass defaults and the profile files must
 # leave these alone; update a constant only in a change that means to move a profile's settings (and so its results).
 # (Last moved by the new `variants` section, empty in every profile, and by smoke's rollouts choosing their dtype from
-# the CPU: `train.rollout.vllm_dtype: auto`, which moves smoke's results where the CPU has bf16 units.)
+# the CPU: `train.rollout.vllm_dtype: auto`, which moves smoke's results where the CPU has bf16 units; then by stage 5's
+# reward that reads the turn's end, its task-matched states, steps from states, and smoke's seeds of stage 5.)
 DIGESTS = {
-    "smoke": "c276368e9f1ea79b0aa7a33d143cd815d5498868b0d12a683611b307969589f2",
-    "ci": "896b3a24025e2139c98b5f0bd5a3a9c9218e188e76a03f729e3abd2651251a94",
-    "full": "31395b8162620908b692fd62a34bacf9913191b4345021345fcdb97a7333daae",
+    "smoke": "ecaa1e69353093b3291ee2209275ba84588b04299598a5e7f1170f7d8b6b22e8",
+    "ci": "8247a8dad7e61a98d2297a058ded1334d18b96c10f31577ade1226221bcbe403",
+    "full": "adf6484ff0ad54bbee26ee65e6764fd3b5a0b068c57c00f6819cae405f58f987",
 }
 
 

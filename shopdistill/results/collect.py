@@ -6,7 +6,7 @@
 __all__ = ['CUT_ENDS', 'STEP_STATES', 'STEP_PARTS', 'arena_results', 'corpus_results', 'load_stage_episodes', 'like_samples',
            'stage_results', 'variant_results', 'stage_facts', 'pass_at_k_curve', 'pass_at_k_band', 'process_record',
            'process_results', 'eval_facts', 'heldout_steps', 'turn_score', 'step_scores', 'greedy_turns',
-           'step_results']
+           'step_results', 'variant_step_results']
 
 # %% ../../nbs/07_results/02_collect.ipynb #29e68fb7
 import json
@@ -21,9 +21,9 @@ from ..sandbox.scoring import score_task
 from ..training.evalstats import (paired_bootstrap, pass_at_k, per_problem, stage_row, success_by_problem,
                                             wilson)
 from ..training.evaluation import read_episodes
-from ..training.grpo import sample_turns
+from ..training.grpo import END_OF_TURN, sample_turns
 from ..training.rendering import tool_schemas_for_training
-from ..training.rewards import jaccard, parse_turn, step_reward_parts, teacher_calls
+from ..training.rewards import jaccard, parse_turn, step_reward_parts, teacher_calls, turn_ended
 from ..training.teacher import teacher_trajectory
 
 # %% ../../nbs/07_results/02_collect.ipynb #a0482db9
@@ -166,14 +166,14 @@ def stage_results(by_stage: dict[str, list[dict]], problems: dict[str, dict], ca
     return out
 
 # %% ../../nbs/07_results/02_collect.ipynb #0077933f
-def _variant_numbers(p: str, st, v, n_boot: int) -> dict:
-    "The named numbers of variant folder `v` of stage folder `st`, under prefix `p`."
+def _variant_numbers(p: str, stage_greedy: dict[str, float], v, n_boot: int) -> dict:
+    "The named numbers of variant folder `v` under prefix `p`; `stage_greedy`: its stage's greedy success by problem."
     eps = read_episodes(v.episodes)
     row = stage_row(v.name, eps, (1, 8))
     out = {f"{p}.{k}": None if isinstance(row[k], float) and math.isnan(row[k]) else row[k]
            for k in ("asr", "asr_lo", "asr_hi", "n_problems", "valid_call_rate", "existing_id_rate")}
     out.update({f"{p}.{k}": v for k, v in _pass_row(eps, (1, 8)).items() if k.startswith("pass@")})  # like samples
-    a = {k: float(e["success"]) for k, e in _first_samples(read_episodes(st.episodes)).items()}
+    a = stage_greedy
     b = {k: float(e["success"]) for k, e in _first_samples(eps).items()}
     common = sorted(set(a) & set(b))
     bs = paired_bootstrap([a[k] for k in common], [b[k] for k in common], n_boot=n_boot, seed=0)
@@ -187,13 +187,16 @@ def variant_results(train: TrainFolder, n_boot: int = 10_000) -> dict:
     never finished its evaluation, gives `...failed` with the reason instead."""
     out = {}
     for st in train.stages(stage_names()):
+        greedy = None  # the stage's greedy successes, read once for all its variants
         for v in st.variant_folders():
             kind, _, name = v.name.partition(".")
             p = f"stage.{st.name}.{kind}.{name}"
             if v.failure.exists(): out[f"{p}.failed"] = json.loads(v.failure.read_text())["error"]
             elif not v.has_evaluation: out[f"{p}.failed"] = "no evaluation: the variant did not finish"
             elif not st.has_evaluation: out[f"{p}.failed"] = f"stage {st.name} has no evaluation to pair it with"
-            else: out.update(_variant_numbers(p, st, v, n_boot))
+            else:
+                greedy = greedy or {k: float(e["success"]) for k, e in _first_samples(read_episodes(st.episodes)).items()}
+                out.update(_variant_numbers(p, greedy, v, n_boot))
     return out
 
 # %% ../../nbs/07_results/02_collect.ipynb #fff7c73e
@@ -340,15 +343,18 @@ def heldout_steps(problems: list[dict], engine, limit: int = STEP_STATES, seed: 
     return rows
 
 # %% ../../nbs/07_results/02_collect.ipynb #9574d2fc
-STEP_PARTS = ("format", "tool_name", "match")  # the stage-5 reward's parts: format, tool-name Jaccard, S / S_max
+STEP_PARTS = ("format", "tool_name", "match", "ended")  # the reward's parts: format, tool names, S / S_max; ended
 
 
 def turn_score(turn: str, teacher_action) -> dict:
-    "The stage-5 reward of one written turn against the teacher's (`reward`) with its parts (`STEP_PARTS`)."
-    parts, parsed = step_reward_parts(turn, teacher_action), parse_turn(turn)
+    """The stage-5 reward of one written turn against the teacher's (`reward`) with its parts (`STEP_PARTS`): a turn
+    without its end (`END_OF_TURN`, which `sample_turns` appends) was cut by the token budget and earns nothing."""
+    ended = turn_ended(turn)
+    parts, parsed = step_reward_parts(turn, teacher_action, ended=ended), parse_turn(turn)
     names = [c["name"] for c in teacher_calls(teacher_action)]
     tool = jaccard(names, [c["name"] for c in parsed["calls"]]) if parsed["parseable"] else 0.0
-    return {"reward": parts["reward"], "format": float(parts["format"]), "tool_name": tool, "match": parts["match"]}
+    return {"reward": parts["reward"], "format": float(parts["format"]), "tool_name": tool, "match": parts["match"],
+            "ended": float(ended)}
 
 
 def step_scores(turns: list[str], states: list[dict]) -> dict[str, dict]:
@@ -359,15 +365,16 @@ def step_scores(turns: list[str], states: list[dict]) -> dict[str, dict]:
 
 # %% ../../nbs/07_results/02_collect.ipynb #f6d94dea
 def greedy_turns(model, tok, states: list[dict], cache: Path, *, max_new_tokens: int,
-                 backend: str = "transformers") -> list[str]:
+                 backend: str = "transformers", vllm: dict | None = None) -> list[str]:
     """One greedy turn of `model` per state (rows of `state_rows`), generated as stage 5 samples its states
     (`training.grpo.sample_turns`, at temperature 0); kept in `cache` (a JSON file, prompt -> turn) so that a rerun
-    generates only the prompts it has not seen."""
+    generates only the prompts it has not seen. `vllm`: the engine options (`rollout.vllm_options`), as evaluation's."""
     cache = Path(cache)
     done = json.loads(cache.read_text()) if cache.is_file() else {}
     todo = sorted({s["prompt"] for s in states} - set(done))
     if todo:
-        outs = sample_turns(model, tok, todo, 1, temperature=0.0, max_new_tokens=max_new_tokens, backend=backend)
+        outs = sample_turns(model, tok, todo, 1, temperature=0.0, max_new_tokens=max_new_tokens, backend=backend,
+                            vllm=vllm)
         done.update({p: o[0] for p, o in zip(todo, outs)})
         cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_text(json.dumps(done, ensure_ascii=False, sort_keys=True))
@@ -391,4 +398,16 @@ def step_results(by_stage: dict[str, dict[str, dict]], n_boot: int = 10_000) -> 
                                  n_boot=n_boot, seed=0)
             out.update({f"{p}.vs_prev.diff": d["diff"], f"{p}.vs_prev.lo": d["lo"], f"{p}.vs_prev.hi": d["hi"]})
         prev = s
+    return out
+
+# %% ../../nbs/07_results/02_collect.ipynb #2e2d3595
+def variant_step_results(stage: str, stage_scores: dict[str, dict], variants: dict[str, dict[str, dict]],
+                         n_boot: int = 10_000) -> dict:
+    """`step_results` of each variant of `stage` (`variants`: `<arm|seed>.<name>` -> its `step_scores`) under
+    `stage.<stage>.<arm|seed>.<name>.step_score...`, its paired bootstrap against the stage as `.vs_stage`."""
+    out = {}
+    for v, scores in variants.items():
+        got = step_results({stage: stage_scores, "v": scores}, n_boot=n_boot)
+        out.update({k.replace("stage.v.", f"stage.{stage}.{v}.").replace(".vs_prev.", ".vs_stage."): x
+                    for k, x in got.items() if k.startswith("stage.v.")})
     return out

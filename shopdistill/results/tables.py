@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['STYLES', 'FUNNEL_PUBLISHED', 'arena_table', 'funnel_table', 'confusion_table', 'audits_table', 'main_results_table',
-           'per_category_table', 'did_sentence', 'grpo_pass_sentence', 'prose_macros', 'process_table',
+           'per_category_table', 'did_sentence', 'grpo_pass_sentence', 'prose_macros', 'process_table', 'seed_sentence',
            'step_change_sentence', 'process_macros', 'published_macros']
 
 # %% ../../nbs/07_results/03_tables.ipynb #d6a6f1b7
@@ -303,6 +303,31 @@ def process_table(q: Quoted, stages: list[str], source: str = "this run") -> str
                           "states, on the reward's range (its bottom: a malformed call; its top: the teacher's own "
                           "turn), bootstrap intervals, paired by state for the difference.")
 
+# %% ../../nbs/07_results/03_tables.ipynb #016308c2
+_COUNTS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+
+
+def _count(n: int) -> str: return _COUNTS[n] if n < len(_COUNTS) else str(n)  # a count in words: not a quoted number
+
+
+def seed_sentence(q: Quoted, stage: str) -> str | None:
+    """A clause on `stage`'s seeds (`stage.<stage>.seed.<n>.*` beside the stage's own run): each seed's held-out ASR
+    and per-step score, and how many differ from the stage's run by a paired interval clear of zero. None without
+    seeds."""
+    seeds = sorted({k.split(".")[3] for k in q.results if k.startswith(f"stage.{stage}.seed.") and k.endswith(".asr")},
+                   key=int)
+    if not seeds: return None
+    runs = [f"stage.{stage}"] + [f"stage.{stage}.seed.{n}" for n in seeds]
+    asr = ", ".join(q.run(f"{r}.asr", "{:.1f}", scale=100) + "%" for r in runs)
+    step = ", ".join(q.run(f"{r}.step_score", "{:.2f}") for r in runs if f"{r}.step_score" in q.results)
+    clear = [n for n in seeds if change_verdict(q.results.get(f"stage.{stage}.seed.{n}.vs_stage.lo"),
+                                                q.results.get(f"stage.{stage}.seed.{n}.vs_stage.hi")) != "flat"]
+    verdict = (f"{_count(len(clear))} of the {_count(len(seeds))} other seeds differ in ASR from the first by a paired "
+               "interval clear of zero" if clear else f"none of the {_count(len(seeds))} other seeds differs in ASR from "
+               "the first by a paired interval clear of zero")
+    return (f"over {_count(len(runs))} seeds its held-out ASR is {asr}" + (f" and its held-out per-step score {step}" if step
+                                                                   else "") + f"; {verdict}")
+
 # %% ../../nbs/07_results/03_tables.ipynb #17ff2bf6
 def step_change_sentence(q: Quoted, before: str, after: str) -> str:
     """A verb phrase for the change of the held-out per-step score from stage `before` to stage `after`, chosen by the
@@ -321,7 +346,7 @@ def process_macros(q: Quoted, stages: list[str]) -> dict[str, str]:
     """The paper's process sentences (`Quoted.say`): `\\StepChange<Stage>` for each stage after the first with a
     per-step score, and, from the first stage to the last, `\\ProcessFinish` (recommend, then terminate) and
     `\\ProcessMissingIds` (recommending ids the catalog lacks), chosen by their Wilson intervals; `\\StepStates`
-    quotes how many states were scored."""
+    quotes how many states were scored; `\\Seeds<Stage>` (`seed_sentence`) for a stage with seeds."""
     out = {}
     for prev, s in zip(stages, stages[1:]):
         if f"stage.{s}.step_score.vs_prev.diff" in q.results:
@@ -333,6 +358,8 @@ def process_macros(q: Quoted, stages: list[str]) -> dict[str, str]:
         keys = [tuple(f"stage.{s}.process.{k}{e}" for e in ("", ".lo", ".hi")) for s in (first, last)]
         if len(stages) > 1 and all(x in q.results for x in keys[0] + keys[1]):
             out[name] = interval_sentence(q, *keys, what=what)
+    for s in stages:  # seeds of a stage, where the profile ran some
+        if said := seed_sentence(q, s): out[macro_name("seeds", s)] = said  # once: each call quotes its numbers
     for name, text in out.items(): q.say(name, text)
     if f"stage.{first}.step_score.n_states" in q.results:
         q.run(f"stage.{first}.step_score.n_states", "{:d}", name="StepStates")

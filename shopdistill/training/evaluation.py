@@ -65,16 +65,18 @@ def read_episodes(path) -> list[dict]:
 
 # %% ../../nbs/05_supervised_stack/08_evaluation.ipynb #d5d23b4a
 def evaluate_stage(stage: StageFolder, model, tok, problems: list[dict], engine, settings: TrainSettings,
-                   n_samples: int | None = None, as_stage: str | None = None) -> dict:
+                   n_samples: int | None = None, as_stage: str | None = None, variant: str | None = None) -> dict:
     """Run the held-out evaluation of `stage` (a run's `run.stage(name)`: the row is named for its folder); write its
     `eval.jsonl.gz` (the episodes) and `eval.json` (the stage table's row, returned). `n_samples`: the draws
     besides the greedy episode (default: the profile's, for the stages `eval.sampled` names). `as_stage`: the stage whose
-    sampling it follows (`eval.sampled`), for a variant's folder under it (default: the folder's name)."""
+    sampling it follows (`eval.sampled`), for a variant's folder under it (default: the folder's name); `variant`:
+    that variant's name, which draws only where `eval.sampled_variants` allows."""
     stage.make()
     e, r = settings.eval, settings.rollout
     t0 = time.time()
-    n = n_samples if n_samples is not None else (e.n_samples if e.sampled is None
-                                                 or (as_stage or stage.name) in e.sampled else 0)
+    drawn = (e.sampled is None or (as_stage or stage.name) in e.sampled) and (
+        variant is None or e.sampled_variants is None or variant in e.sampled_variants)
+    n = n_samples if n_samples is not None else (e.n_samples if drawn else 0)
     # the greedy episode on every problem; a sampled stage draws n more alike on the first m (pass@k)
     m = e.sampled_problems or len(problems)
     eps = run_episodes(model, tok, problems, engine, r, n_samples=[1 + n if i < m else 1 for i in range(len(problems))],

@@ -9,11 +9,11 @@ __all__ = ['RECIPE', 'STAGE_NOTEBOOKS', 'Stage', 'recipe', 'stage_names', 'find_
 
 # %% ../../nbs/06_dr_grpo/02_recipe.ipynb #140a3f52
 import typing
-from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 from ..core.files import write_json
 from ..core.run import add_writers
-from ..core.settings import ConfigError, check_keys, check_value
+from ..core.settings import ConfigError, check_keys, check_value, deep_merge
 from .grpo import run_stage5
 from .stages import (Context, StageJob, StageResult, run_base, run_stage1, run_stage2, run_stage3,
                                          run_stage4)
@@ -104,16 +104,10 @@ class VariantSettings:
     arms: dict[str, dict[str, typing.Any]] = field(default_factory=dict)
 
 # %% ../../nbs/06_dr_grpo/02_recipe.ipynb #de09fede
-def _overlay(base: dict, over: dict) -> dict:
-    "`over` laid on `base` key by key at every depth of the mappings."
-    return {**base, **{k: _overlay(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
-                       for k, v in over.items()}}
-
-
 def arm_settings(section, changes: dict, where: str, src="the profile"):
     "`section` (a settings dataclass) with an arm's `changes`; a ConfigError names `where` and `src` for a bad key."
     check_keys(type(section), changes, where, src)
-    return check_value(_overlay(asdict(section), changes), type(section), where, src)
+    return check_value(deep_merge(asdict(section), changes), type(section), where, src)
 
 
 def seed_settings(section, keys, seed: int):

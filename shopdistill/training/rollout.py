@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['BACKENDS', 'episode_seed', 'common_prefix', 'KVStore', 'generate_transformers', 'free_memory', 'kv_cache_bytes',
            'vllm_engine', 'close_vllm', 'generate_vllm', 'new_episode', 'TurnHook', 'Turns', 'play_rounds',
-           'run_episodes']
+           'vllm_options', 'run_episodes']
 
 # %% ../../nbs/05_supervised_stack/04_rollout.ipynb #b2c9d90d
 import hashlib
@@ -428,6 +428,14 @@ def _drive_vllm(model, eps: list[dict], turns: Turns, *, batch_size: int, bar, *
             if e["done"]: bar.update(1)
             else: submit(e)
 
+# %% ../../nbs/05_supervised_stack/04_rollout.ipynb #c295efd7
+def vllm_options(rs: RolloutSettings, seed: int = 0) -> dict:
+    """The vLLM engine options of rollouts under `rs`: its dtype (`rollout_dtype`), batch, context and cache. Every
+    generator that plays the policy on vLLM (episodes, stage 5's screening, the held-out per-step score) uses them, so
+    all of them run in one dtype."""
+    return dict(dtype=rollout_dtype(rs.vllm_dtype), max_num_seqs=max(rs.batch_size, 1), max_model_len=rs.max_prompt_tokens,
+                kv_cache_gb=rs.vllm_kv_cache_gb, gpu_memory=rs.vllm_gpu_memory, seed=seed)
+
 # %% ../../nbs/05_supervised_stack/04_rollout.ipynb #26c44626
 def run_episodes(model, tok, problems: list[dict], engine, settings: RolloutSettings | None = None, *,
                  n_samples: int | list[int] = 1,
@@ -457,10 +465,7 @@ def run_episodes(model, tok, problems: list[dict], engine, settings: RolloutSett
                   max_new_tokens=rs.max_new_tokens, max_prompt_tokens=rs.max_prompt_tokens)
     with progress(len(eps), desc, unit="ep", disable=not eps) as bar:
         if rs.backend == "vllm":
-            _drive_vllm(model, eps, turns, batch_size=rs.batch_size, bar=bar, dtype=rollout_dtype(rs.vllm_dtype),
-                        max_num_seqs=max(rs.batch_size, 1),
-                        max_model_len=rs.max_prompt_tokens, kv_cache_gb=rs.vllm_kv_cache_gb,
-                        gpu_memory=rs.vllm_gpu_memory, seed=seed)
+            _drive_vllm(model, eps, turns, batch_size=rs.batch_size, bar=bar, **vllm_options(rs, seed))
         else:
             gen = BACKENDS[rs.backend]
             kv = KVStore() if rs.kv_reuse and gen is generate_transformers else None

@@ -143,6 +143,8 @@ class EvalSettings:
     sampled: list[str] | None = None
     # the sampled stages draw on the first this many problems only (0: all): pass@k's subset
     sampled_problems: int = 0
+    # variants (seeds, arms) of a sampled stage that draw too (None: all of them; [] greedy only: ASR, process)
+    sampled_variants: list[str] | None = None
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int = 0

@@ -129,7 +129,8 @@ def stage_eval(job: StageJob, spec: str) -> dict | None:
     if not is_main_process(): return None
     if not job.folder.evaluation.exists():
         m, t = load_policy(spec, job.ctx.ts)
-        evaluate_stage(job.folder, m, t, job.ctx.eval_problems, job.ctx.engine, job.ctx.ts, as_stage=job.name)
+        evaluate_stage(job.folder, m, t, job.ctx.eval_problems, job.ctx.engine, job.ctx.ts, as_stage=job.name,
+                       variant=job.variant)
     row = json.loads(job.folder.evaluation.read_text())
     record_timing(job, {f"{job.name}_eval": round(row["eval_seconds"], 1)})
     return row
@@ -227,7 +228,7 @@ def run_stage4(job: StageJob) -> StageResult:
     if kto.has_evaluation: row = json.loads(kto.evaluation.read_text())
     else:
         m, t = load_policy(str(path), ts)
-        row = evaluate_stage(kto, m, t, c.eval_problems, c.engine, ts, as_stage=job.name)
+        row = evaluate_stage(kto, m, t, c.eval_problems, c.engine, ts, as_stage=job.name, variant=job.variant)
         row.update({"episodes": len(eps), "desirable": len(des), "desirable_own": own, "undesirable": len(und),
                     "beta": ks.beta,
                     "rollout_seconds": t_rollout, "train_seconds": log["train_seconds"],
