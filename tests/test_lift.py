@@ -1,14 +1,27 @@
 """Chapter 04's lifting (issue 38): a sub-task trajectory's proxy log read back as the conversation in which the
-assistant makes the script's calls, kept only where it agrees with what was observed, every other one ledgered."""
+assistant makes the script's calls, kept only where it agrees with what was observed, every other one ledgered; and the
+corpus build behind `corpus.lift`: every Axis-B trajectory of a toy season lifted or ledgered, the lifted split under the
+corpus's leak guard, and the filtered corpus byte for byte the same with the setting off."""
 import copy
 import json
+import shutil
+from collections import Counter
+from dataclasses import replace
 
+import datasets
+import pandas as pd
 import pytest
 
 from shopdistill.arena.envelope import tool_call_id
+from shopdistill.core.run import ArenaFolder, CorpusFolder
+from shopdistill.corpus.build import LIFTED_SPLITS, build_corpus, split_lifted
+from shopdistill.corpus.chat import render_chat
 from shopdistill.corpus.checks import toy_trajectory
 from shopdistill.corpus.lift import LIFT_REASONS, LiftReject, lift, lift_all
-from shopdistill.corpus.trajectory import assistant_message, make_tool_call, text_message, tool_message, trajectory_problems
+from shopdistill.corpus.normalise import read_shard
+from shopdistill.corpus.trajectory import (assistant_message, from_arrow_row, make_tool_call, text_message, tool_message,
+                                           trajectory_problems)
+from shopdistill.reproduce.settings import load_config
 
 QUERY = "a black cotton shirt"
 HITS = json.dumps([{"product_id": "1000000001", "title": "Black cotton shirt", "price": 250},
@@ -107,6 +120,18 @@ def test_the_ledger_accounts_for_every_subtask_trajectory_of_a_batch():
     assert sorted(accounted) == sorted(t["trajectory_id"] for t in batch)
 
 
+def test_a_malformed_proxy_log_is_ledgered_not_raised():
+    "Chapter 03 keeps a proxy log's entries as logged: odd ones end in the ledger with a reason, never as an exception."
+    odd_params, odd_ids, odd_entry = harness(line=1), harness(line=2), harness(line=3)
+    odd_params["meta"]["steps"][1]["proxy_calls"][0]["params"] = ["product_ids", "1000000001"]
+    cut = odd_ids["meta"]["steps"][0]["proxy_calls"][-1]
+    cut["response_truncated"], cut["result_product_ids"] = json.dumps(cut.pop("response"))[:30], "1000000001,1000000002"
+    odd_entry["meta"]["steps"][0]["proxy_calls"].insert(0, "not a request")
+    lifted, ledger = lift_all([odd_params, odd_ids, odd_entry])
+    assert [e["reason"] for e in ledger.entries] == ["unliftable_request", "unpaired"]
+    assert lifted[0]["meta"]["steps"][0]["proxy_calls"][0] == "not a request"  # kept in the log, shown as no call
+
+
 def test_the_simulated_harnesses_traces_lift_with_their_verdict_and_results():
     "Chapter 02's sub-task miners, through the validator and chapter 03's reader: every trace lifts, the proxy's cut results completed, the gate proxy's verdict unchanged."
     import random
@@ -136,3 +161,131 @@ def test_the_simulated_harnesses_traces_lift_with_their_verdict_and_results():
     for out, tr in zip(lifted, trajs):
         results = lambda x: [m["content"] for m in x["messages"] if m["role"] == "tool"]
         assert results(out) == results(tr)  # this harness shows every request faithfully: the same results, in order
+
+
+# ---- the corpus build with lifting (issue 38, Build point 1), on the tiny season of conftest ----
+
+
+OPEN_GATE = lambda fs: replace(fs, min_quality=0.1)  # the tiny season's filter with the lowest score the gate proxy gives
+
+
+@pytest.fixture(scope="module")
+def season_builds(tmp_path_factory, tiny_corpus):
+    """(the tiny season's folder, {lift: the build's summary}): the corpus built with `corpus.lift` on and off from the
+    same chapter 03 trajectories (those of conftest's `tiny_corpus`), in one process each. The gate proxy scores every
+    harness of the tiny season 0.1, so the gate is opened to it: the lift then decides by its own rules."""
+    d, _ = tiny_corpus
+    with pytest.MonkeyPatch.context() as mp:  # the builds find their sandbox where the first one put it
+        mp.setenv("SHOPDISTILL_RUNS", str(tmp_path_factory.getbasetemp() / "runs"))
+        cfg = load_config(d / "tiny.yaml")
+        return d, {on: build_corpus(cfg.run, OPEN_GATE(cfg.filter), replace(cfg.corpus, lift=on), cfg.normalise, cfg.judge,
+                                    cfg.arena.clusters, cfg.catalog, None, tmp_path_factory.mktemp(f"lift-{on}"),
+                                    trajectories_dir=CorpusFolder(d / "corpus").trajectories, workers=1, progress=False)
+                   for on in (True, False)}
+
+
+def lifted_parts(out: CorpusFolder) -> dict:
+    "Part -> the lifted split's rows of that part (an empty frame for a part the build wrote no file for)."
+    return {p: pd.read_parquet(out.split_file(p, "lifted")) if out.split_file(p, "lifted").exists() else pd.DataFrame(
+        columns=["trajectory_id", "problem_id", "cluster", "lifted_from"]) for p in LIFTED_SPLITS}
+
+
+def test_the_build_lifts_or_ledgers_every_subtask_trajectory_of_a_toy_season(season_builds):
+    d, built = season_builds
+    s, out = built[True], CorpusFolder(built[True]["out_dir"])
+    decisions = pd.read_parquet(out.decisions)
+    subtask = decisions.loc[decisions["axis"] == "B"]
+    assert len(subtask) and (subtask["stage"] != "kept").all()
+    lifted = pd.concat(lifted_parts(out).values(), ignore_index=True)
+    ledger = [json.loads(line) for line in out.lift_ledger.read_text().splitlines()]
+    assert len(lifted) and len(ledger)  # both outcomes occur in the toy season
+    assert len(lifted) + len(ledger) == len(subtask) == s["lift"]["subtask"]
+    assert sorted(list(lifted["lifted_from"]) + [e["trajectory_id"] for e in ledger]) == sorted(subtask["trajectory_id"])
+    assert dict(Counter(e["reason"] for e in ledger)) == s["lift"]["ledger"] and set(s["lift"]["ledger"]) <= set(LIFT_REASONS)
+    assert s["lift"]["splits"] == {p: int((lifted["split"] == p).sum()) for p in LIFTED_SPLITS}
+    # rows of the corpus's own form, sources named relative to the traces' folder as the corpus names them
+    assert (lifted["axis"] == "B").all() and set(lifted["source_file"]) <= set(subtask["source_file"])
+    assert not any(e["source"].startswith("/") for e in ledger)
+    # each stored conversation is the one `lift` makes of its original, and renders as it does
+    dd = datasets.load_from_disk(str(out.lifted))
+    assert sum(len(v) for v in dd.values()) == len(lifted)
+    fs = OPEN_GATE(load_config(d / "tiny.yaml").filter)
+    originals = {t["trajectory_id"]: t for p in sorted(CorpusFolder(d / "corpus").trajectories.glob("shard-*.jsonl.gz"))
+                 for t in read_shard(p) if t["trajectory_id"] in set(lifted["lifted_from"])}
+    for part in dd.values():
+        for row in part.select(range(min(10, len(part)))):
+            want, back = lift(originals[row["lifted_from"]], fs), from_arrow_row(row)
+            assert back["messages"] == want["messages"] and back["tools"] == want["tools"]
+            assert render_chat(row["messages"], json.loads(row["tools"])) == render_chat(want["messages"], want["tools"])
+
+
+def test_a_lifted_conversation_trains_only_where_the_corpus_split_and_the_held_out_evaluation_allow():
+    "Unit: the split of a lifted conversation is its leak cluster's in the corpus, and the bank's held-out clusters hold it back."
+    result = {"kept": pd.DataFrame({"problem_id": ["p1", "p2"], "cluster": [0, 1], "split": ["train", "eval"]}),
+              "cluster_of": {"p1": 0, "p2": 1, "p3": 0, "p4": 2, "p5": 0}}
+    rows = pd.DataFrame({"problem_id": ["p1", "p2", "p3", "p4", "p5"], "query": ["q"] * 5})
+    bank = {"p1": 10, "p2": 11, "p3": 10, "p5": 12}  # p5: of a bank cluster the corpus holds no problem of
+    assert list(split_lifted(rows, result, bank)["split"]) == ["train", "eval", "train", "unassigned", "unassigned"]
+
+
+def test_a_lifted_conversation_of_a_held_out_cluster_problem_never_lands_in_train(season_builds):
+    from shopdistill.training.evaluation import corpus_clusters, heldout_problems
+    d, built = season_builds
+    s, out = built[True], CorpusFolder(built[True]["out_dir"])
+    train, ev = (pd.read_parquet(out.split_file(p)) for p in ("train", "eval"))
+    parts = lifted_parts(out)
+    assert len(parts["train"]) and len(parts["eval"]) + len(parts["unassigned"])  # the guard has something to decide
+    # the corpus's leak-cluster split: lifted train only in train clusters, lifted eval only in eval clusters
+    assert set(parts["train"]["cluster"]) <= set(train["cluster"]) and not set(parts["train"]["cluster"]) & set(ev["cluster"])
+    assert set(parts["eval"]["cluster"]) <= set(ev["cluster"])
+    assert s["lift"]["audit"] == [] == s["audit"]
+    # chapter 05's held-out evaluation, drawn as it draws it from the corpus: no lifted train problem shares a bank cluster with it
+    bank = [json.loads(line) for line in open(ArenaFolder(d / "arena").bank)]
+    cluster = {p["id"]: p["cluster"] for p in bank}
+    held_out = heldout_problems(bank, ["product", "shop", "voucher"], 10**6,
+                                exclude_clusters=corpus_clusters(bank, set(train["problem_id"]) | set(ev["problem_id"])))
+    assert held_out and not {p["cluster"] for p in held_out} & {cluster.get(p) for p in parts["train"]["problem_id"]}
+    # nor does any lifted conversation of an evaluation problem itself
+    assert not {p["id"] for p in held_out} & set(parts["train"]["problem_id"])
+
+
+def test_with_lifting_off_nothing_is_lifted_and_the_filtered_corpus_is_byte_identical(season_builds, tmp_path, tmp_path_factory):
+    d, built = season_builds
+    on, off = CorpusFolder(built[True]["out_dir"]), CorpusFolder(built[False]["out_dir"])
+    assert built[False]["lift"] is None and built[True]["lift"]["lifted"] > 0
+    assert not off.lifted.exists() and not off.lift_ledger.exists() and not list(off.parquet.glob("lifted-*"))
+    assert "## The lifted split" in on.card.read_text() and "## The lifted split" not in off.card.read_text()
+    files = [p.relative_to(on.path) for p in sorted(on.path.rglob("*")) if p.is_file()
+             and (p.parent == on.parquet and not p.name.startswith("lifted-") or p.suffix == ".arrow" and "lifted" not in p.parts)]
+    assert len(files) >= 8 and on.decisions.relative_to(on.path) not in files
+    for rel in files + [on.decisions.relative_to(on.path), on.problems.relative_to(on.path), on.funnel.relative_to(on.path),
+                        on.audits.relative_to(on.path)]:
+        assert (on.path / rel).read_bytes() == (off.path / rel).read_bytes(), rel
+    # a build with lifting off over one that lifted leaves no lifted split behind
+    shutil.copytree(on.path, tmp_path / "again")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SHOPDISTILL_RUNS", str(tmp_path_factory.getbasetemp() / "runs"))
+        cfg = load_config(d / "tiny.yaml")
+        build_corpus(cfg.run, OPEN_GATE(cfg.filter), replace(cfg.corpus, lift=False), cfg.normalise, cfg.judge, cfg.arena.clusters,
+                     cfg.catalog, None, tmp_path / "again", trajectories_dir=CorpusFolder(d / "corpus").trajectories,
+                     workers=1, progress=False)
+    again = CorpusFolder(tmp_path / "again")
+    assert not again.lifted.exists() and not again.lift_ledger.exists() and not list(again.parquet.glob("lifted-*"))
+
+
+def test_the_card_describes_the_lifted_split_and_loads_it(season_builds):
+    "The released card: the lifted configuration in its header, its size, source, rules and default use in its prose, and its loading snippet runs."
+    import re
+    from huggingface_hub import DatasetCard
+    from shopdistill.corpus.card import LOAD_FOLDER
+    _, built = season_builds
+    s, out = built[True], CorpusFolder(built[True]["out_dir"])
+    card = DatasetCard.load(out.card)
+    lifted = [c for c in card.data.to_dict()["configs"] if c["config_name"] == "lifted"][0]
+    assert [f["path"] for f in lifted["data_files"]] == [f"parquet/lifted-{p}.parquet" for p, n in s["lift"]["splits"].items() if n]
+    prose = " ".join(card.text.split())
+    assert f"Of the {s['lift']['subtask']:,} it rejected here, {s['lift']['lifted']:,} are released lifted" in prose
+    assert "every recommended id appears in a result" in prose and "No stage of the recipe trains on the lifted split" in prose
+    env = {}
+    exec(re.search(r"```python\n(.*?)```", card.text, re.S).group(1).replace(LOAD_FOLDER, str(out.path)), env)
+    assert {k: len(v) for k, v in env["lifted"].items()} == {k: v for k, v in s["lift"]["splits"].items() if v}

@@ -55,14 +55,15 @@ def size_category(n: int) -> str:
 
 def card_data(summary: dict):
     """The card's YAML header as `huggingface_hub.DatasetCardData`: license, language, size, task, name,
-    and a parquet config per view."""
+    and a parquet config per view (the lifted split's too, when the build lifted any)."""
     from huggingface_hub import DatasetCardData
     c = summary["settings"]["corpus"]
     splits = [x for x in ("train", "eval") if x in summary["splits"]]
-    configs = [{"config_name": "default",
-                "data_files": [{"split": x, "path": CorpusFolder(Path()).split_file(x).as_posix()} for x in splits]}]
-    if c["per_step"]: configs.append({"config_name": "steps", "data_files": [
-        {"split": x, "path": CorpusFolder(Path()).split_file(x, "steps").as_posix()} for x in splits]})
+    files = lambda kind, parts: [{"split": x, "path": CorpusFolder(Path()).split_file(x, kind).as_posix()} for x in parts]
+    configs = [{"config_name": "default", "data_files": files("", splits)}]
+    if c["per_step"]: configs.append({"config_name": "steps", "data_files": files("steps", splits)})
+    lifted = [x for x, n in ((summary.get("lift") or {}).get("splits") or {}).items() if n]
+    if lifted: configs.append({"config_name": "lifted", "data_files": files("lifted", lifted)})
     return DatasetCardData(license=c["license"].lower(), language=["en"],
                            size_categories=[size_category(sum(summary["splits"].values()))],
                            task_categories=["text-generation"], pretty_name=c["name"],
@@ -73,6 +74,8 @@ def _card_intro(s: dict) -> str:
     "The card's title, what the corpus is, and how to load it."
     c = s["settings"]["corpus"]
     steps = '\nsteps = datasets.load_dataset(folder, "steps")  # one row per assistant turn' if c["per_step"] else ""
+    if (s.get("lift") or {}).get("lifted"):
+        steps += '\nlifted = datasets.load_dataset(folder, "lifted")  # sub-task trajectories lifted (see below): no stage trains on them'
     return f"""# {c['name']}
 
 Tool-calling shopping trajectories in which the language model itself emits the tool calls (Axis A), filtered from the traces of an SN15-style
@@ -130,6 +133,41 @@ traces per problem, best structural score first. Tokens were counted with: {s['t
 
 """
 
+# %% ../../nbs/04_structural_filter/08_dataset_card.ipynb #4751fefa
+def _card_lifted(s: dict) -> str:
+    "The lifted split: how many, from what, the rules each passed, the ledger, its parts, and that no stage trains on it ('' without one)."
+    lf, f = s.get("lift"), s["settings"]["filter"]
+    if not lf: return ""
+    stages = ", ".join(f"{k} {v:,}" for k, v in lf["from_stages"].items()) or "none"
+    audit = "empty" if not lf["audit"] else f"{len(lf['audit'])} findings"
+    return f"""## The lifted split
+
+The filter rejects every sub-task (Axis B) trajectory: a script made the tool calls and the model only classified or narrated. Of the
+{lf['subtask']:,} it rejected here, {lf['lifted']:,} are released lifted, as the `lifted` configuration (`parquet/lifted-*.parquet`): the same
+task as a conversation in which the assistant makes the catalogue requests the script made, in the order its proxy log recorded them,
+sees the results the log holds, and recommends what the script recommended. The judge's score, the miner and the outcome are the
+original's, the column `lifted_from` names it and `axis` is B; the stage of the filter that took each lifted original out: {stages}.
+{lf['distinct']:,} of them are distinct, over {lf['problems']:,} problems, {lf['tokens']:,} tokens in all: exact duplicates are not removed and no cap
+per problem applies.
+
+A trajectory was lifted only where the conversation agrees with what was observed: it has a proxy log; the judge's verdict on the
+original passes the gate (>= {f['min_quality']}); the script called recommend_product once, with product ids; every logged request is a
+successful search or product view, and each call has its result (a result the proxy cut is completed only from a dialogue result that
+begins with the cut text and names the same products); the calls fit the tools' schemas; and every recommended id appears in a result
+the conversation shows. Every other one is in `lift_ledger.jsonl` with its source, id and reason: {_counts(lf['ledger'])}.
+
+{_md_table({k: f"{v:,} conversations" for k, v in lf['splits'].items()}, ("part", "size"))}
+
+Its parts follow the corpus's leak-cluster split and add no cluster: `train` where the problem's leak cluster is a train cluster of the
+corpus and the corpus holds a problem of its bank cluster (so the held-out evaluation, which skips those clusters, skips it too), `eval`
+where its cluster is an eval cluster, `unassigned` otherwise. Audit of the corpus with the lifted train and eval parts: {audit}. No stage
+of the recipe trains on the lifted split by default: the stages read the `default` configuration only.
+
+"""
+
+
+def _counts(d: dict) -> str: return ", ".join(f"{k} {v:,}" for k, v in d.items()) or "none"
+
 # %% ../../nbs/04_structural_filter/08_dataset_card.ipynb #fdd11902
 def _card_columns() -> str:
     "The columns of the two views."
@@ -171,12 +209,12 @@ evidence. The judge score is a proxy for reasoning quality, not a measure of it.
 # %% ../../nbs/04_structural_filter/08_dataset_card.ipynb #90aa1f20
 def dataset_card(summary: dict, kept=None) -> str:
     """The corpus's README.md, a `huggingface_hub.DatasetCard`: the header of `card_data`, then what the corpus is, how
-    it was made (the funnel), how to load it, its columns, limits and citation. Raises ValueError if the header
+    it was made (the funnel), the lifted split (when there is one), how to load it, its columns, limits and citation. Raises ValueError if the header
     does not parse back as written."""
     from huggingface_hub import DatasetCard
     data = card_data(summary)
-    body = (_card_intro(summary) + _card_splits(summary) + _card_method(summary) + _card_columns()
-            + _card_license(summary))
+    body = (_card_intro(summary) + _card_splits(summary) + _card_method(summary) + _card_lifted(summary)
+            + _card_columns() + _card_license(summary))
     card = DatasetCard(f"---\n{data.to_yaml()}\n---\n\n{body}")
     if card.data.to_dict() != data.to_dict():
         raise ValueError(f"the dataset card's header does not parse back as written: {card.data.to_dict()}")

@@ -49,6 +49,11 @@ def _corpus(args) -> int:
           f"{'empty' if not s['audit'] else str(len(s['audit'])) + ' findings'}; "
           f"{s['seconds']['total']:.0f}s{' (reused)' if s.get('reused') else ''}")
     print(f"corpus -> {s['out_dir']} (README.md, dataset/, steps/, parquet/)")
+    if s.get("lift"):
+        lf = s["lift"]
+        print(f"lifted: {lf['lifted']:,} of {lf['subtask']:,} sub-task trajectories "
+              f"({', '.join(f'{k} {v:,}' for k, v in lf['splits'].items())}) -> lifted/; the others by reason "
+              f"({', '.join(f'{k} {v:,}' for k, v in lf['ledger'].items()) or 'none'}) -> lift_ledger.jsonl")
     ledger = TrajectoriesFolder(s["trajectories_dir"]).ledger
     reasons = Counter(json.loads(l)["reason"] for l in open(ledger)) if ledger.is_file() else Counter()
     print(f"ledger: {sum(reasons.values()):,} records not kept as trajectories "

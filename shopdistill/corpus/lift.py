@@ -131,6 +131,8 @@ def lifted_turns(traj: dict) -> tuple[list[dict], list[dict]]:
         if tool is None: continue
         if tool not in LIFT_TOOLS or call.get("status_code") != 200:
             raise LiftReject("unliftable_request", f"{call.get('path')} answered {call.get('status_code')}")
+        if not isinstance(call.get("params") or {}, dict):
+            raise LiftReject("unliftable_request", f"{call.get('path')}: its parameters are not a mapping")
         args = request_arguments(call, params[tool])
         j = next((k for k in range(p, len(shown)) if shown[k]["name"] == tool
                   and same_request(tool, shown[k]["arguments"], args)), None)
@@ -138,8 +140,9 @@ def lifted_turns(traj: dict) -> tuple[list[dict], list[dict]]:
         if j is not None: p = j + 1
         text, whole = request_result(call)
         if not whole:
+            listed = call.get("result_product_ids") or []  # what the proxy saw in the whole response; a list, if the log is sound
             if not (text and seen and isinstance(seen["result"], str) and seen["result"].startswith(text)
-                    and _product_ids(seen["result"]) == [str(x) for x in call.get("result_product_ids") or []]):
+                    and isinstance(listed, list) and _product_ids(seen["result"]) == [str(x) for x in listed]):
                 raise LiftReject("unpaired", f"{tool}({json.dumps(args, ensure_ascii=False)[:100]}): the log cut the "
                                              "result and no dialogue result agrees with it")
             text = seen["result"]
