@@ -17,11 +17,12 @@ _spec.loader.exec_module(layers)
 # leave these alone; update a constant only in a change that means to move a profile's settings (and so its results).
 # (Last moved by the new `variants` section, empty in every profile, and by smoke's rollouts choosing their dtype from
 # the CPU: `train.rollout.vllm_dtype: auto`, which moves smoke's results where the CPU has bf16 units; then by stage 5's
-# reward that reads the turn's end, its task-matched states, steps from states, and smoke's seeds of stage 5.)
+# reward that reads the turn's end, its task-matched states, steps from states, and smoke's seeds of stage 5; then by
+# `arena.score_rule`, whose default, `judge`, leaves every season as it was.)
 DIGESTS = {
-    "smoke": "ecaa1e69353093b3291ee2209275ba84588b04299598a5e7f1170f7d8b6b22e8",
-    "ci": "8247a8dad7e61a98d2297a058ded1334d18b96c10f31577ade1226221bcbe403",
-    "full": "adf6484ff0ad54bbee26ee65e6764fd3b5a0b068c57c00f6819cae405f58f987",
+    "smoke": "b1eca0963847eefba0fa6d6f6d4429a7a8f01cc47f0ccfe5a12d0b28110cf020",
+    "ci": "16055b80506149d3def7cbff3cbfb78ac3b0175c702a6c7d04efca94b377b11f",
+    "full": "699d7ccc2e030b92777add9a9aa8040765535b7323ac86d8b0d37e6e53ee5bf7",
 }
 
 
