@@ -18,11 +18,11 @@ _spec.loader.exec_module(layers)
 # (Last moved by the new `variants` section, empty in every profile, and by smoke's rollouts choosing their dtype from
 # the CPU: `train.rollout.vllm_dtype: auto`, which moves smoke's results where the CPU has bf16 units; then by stage 5's
 # reward that reads the turn's end, its task-matched states, steps from states, and smoke's seeds of stage 5; then by
-# `corpus.lift`, issue 38's lifted split, on in every profile.)
+# `arena.score_rule`, whose default, `judge`, leaves every season as it was.)
 DIGESTS = {
-    "smoke": "3c82f0db46b4634f18eb4e2f551b726da1de9fb971d324ffaf0a52e82e9299d9",
-    "ci": "a24ef91f385727247e5930aed19480d8c5665ba8928ba98f793a421c8c8cf74e",
-    "full": "bce882c07022422e2fcc7faa38694ce926f3696105ff10c65c52d7499aeb2a4b",
+    "smoke": "88914d511cfc53fb87010e18346007956f9512c05916da1d2372a013e3974060",
+    "ci": "b242cc5ef2996f3c2c0ee4a00de6ce23f13c565fed6c85d39144b65e7f14db93",
+    "full": "f1c7b1abf4dc95a70351a024c128c080a1c76317fa2fcb9b8d71e68df717bcb9",
 }
 
 

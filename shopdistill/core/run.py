@@ -117,6 +117,12 @@ class ArenaFolder(Layout):
     weights: Path = _name("weights.parquet", "the weights each validator set")
     trace_labels: Path = _name("labels/traces.parquet", "the hidden truth about each trace (style, variant)")
     version_labels: Path = _name("labels/versions.parquet", "the hidden truth about each agent version")
+    rules_compared: Path = _name("score_rules/days.parquet",
+                                 "day by day, this season beside the same season under the other score rule")
+
+    def under_rule(self, rule: str) -> "ArenaFolder":
+        "The same season under score rule `rule` (chapter 00's `SCORE_RULES`), when it is not this season's rule."
+        return ArenaFolder(self.path / "score_rules" / rule)
 
     def agent_run(self, stem: str) -> Path:
         "Where `shopdistill arena run-agent` writes the run of agent file `stem`."
