@@ -18,11 +18,13 @@ _spec.loader.exec_module(layers)
 # (Last moved by the new `variants` section, empty in every profile, and by smoke's rollouts choosing their dtype from
 # the CPU: `train.rollout.vllm_dtype: auto`, which moves smoke's results where the CPU has bf16 units; then by stage 5's
 # reward that reads the turn's end, its task-matched states, steps from states, and smoke's seeds of stage 5; then by
-# `arena.score_rule`, whose default, `judge`, leaves every season as it was.)
+# `arena.score_rule`, whose default, `judge`, leaves every season as it was; then by stage 1's substrate settings,
+# `train.sft.substrate` and `lifted_share`, and `train.eval.leak_guard`, whose defaults leave stage 1 as it was, and
+# smoke's (and so ci's) substrate arms of stage 1.)
 DIGESTS = {
-    "smoke": "88914d511cfc53fb87010e18346007956f9512c05916da1d2372a013e3974060",
-    "ci": "b242cc5ef2996f3c2c0ee4a00de6ce23f13c565fed6c85d39144b65e7f14db93",
-    "full": "f1c7b1abf4dc95a70351a024c128c080a1c76317fa2fcb9b8d71e68df717bcb9",
+    "smoke": "f3697bb9a2259dc5fcef30678c36703d0f7838710f94a156a265d8c41b1660c2",
+    "ci": "75f8c76328f08621bbc57214d1f18171204b37210e542268481f86309f1fabc4",
+    "full": "6413392cf7f73a9d013ec874b50aede1838ff5766dc1e9b05755374cf4ddab1f",
 }
 
 

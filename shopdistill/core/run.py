@@ -180,6 +180,11 @@ class StageFolder(Layout):
     variants: Path = _name("variants", "the stage's arms and seeds, each a stage folder of its own "
                            "(`variants/arm.<name>/`, `variants/seed.<n>/`)")
     failure: Path = _name("failed.json", "a variant that failed: its error, in place of its evaluation")
+    substrate: Path = _name("substrate.json", "stage 1 and its arms: what the stage trained on (`sft.substrate`), its "
+                            "counts, tokens and diversity")
+    unguarded: Path = _name("unguarded", "stage 1: its policy on the held-out problems the leak guard skips, a stage "
+                            "folder of its own (the problems the guarded evaluation also played are not played again)")
+    leak_guard: Path = _name("leak_guard.json", "stage 1: its ASR on the unguarded draw against the guarded one")
 
     @property
     def name(self) -> str: return self.path.name
