@@ -18,11 +18,12 @@ _spec.loader.exec_module(layers)
 # (Last moved by the new `variants` section, empty in every profile, and by smoke's rollouts choosing their dtype from
 # the CPU: `train.rollout.vllm_dtype: auto`, which moves smoke's results where the CPU has bf16 units; then by stage 5's
 # reward that reads the turn's end, its task-matched states, steps from states, and smoke's seeds of stage 5; then by
-# `arena.score_rule`, whose default, `judge`, leaves every season as it was.)
+# `arena.score_rule`, whose default, `judge`, leaves every season as it was; then by `corpus.unfiltered`, which writes the
+# unfiltered split beside the corpus and leaves the corpus as it was.)
 DIGESTS = {
-    "smoke": "88914d511cfc53fb87010e18346007956f9512c05916da1d2372a013e3974060",
-    "ci": "b242cc5ef2996f3c2c0ee4a00de6ce23f13c565fed6c85d39144b65e7f14db93",
-    "full": "f1c7b1abf4dc95a70351a024c128c080a1c76317fa2fcb9b8d71e68df717bcb9",
+    "smoke": "0dbb7db4649550968bd4d09de8f52b0900965a2889aadaba712f8577c1e35fa0",
+    "ci": "fe2456557cc6b410139e72e63d2831d7bbda73c1c724ea5eff6b55180dcdcd2f",
+    "full": "b6d1a6c081e058b38d39d7c6b87ed77dff3912453d9fb9ffb683dc18d0cc1841",
 }
 
 
