@@ -107,14 +107,14 @@ def season_builds(tmp_path_factory, tiny_corpus):
 def parts(out: CorpusFolder) -> dict:
     "Part -> the unfiltered split's rows of that part (an empty frame where the build wrote no file)."
     return {p: pd.read_parquet(out.split_file(p, "unfiltered")) if out.split_file(p, "unfiltered").exists() else pd.DataFrame(
-        columns=["trajectory_id", "problem_id", "cluster", "axis", "split"]) for p in LIFTED_SPLITS}
+        columns=["trajectory_id", "problem_id", "cluster", "axis", "split", "n_tokens"]) for p in LIFTED_SPLITS}
 
 
 def test_the_unfiltered_split_holds_the_corpus_and_the_subtask_trajectories_as_recorded(season_builds):
     d, built = season_builds
     s, out = built[True], CorpusFolder(built[True]["out_dir"])
     u = parts(out)
-    rows = pd.concat(u.values(), ignore_index=True)
+    rows = pd.concat([f for f in u.values() if len(f)], ignore_index=True)
     corpus = pd.concat([pd.read_parquet(out.split_file(p)) for p in ("train", "eval")], ignore_index=True)
     decisions = pd.read_parquet(out.decisions)
     # every trajectory the filtered corpus keeps (all Axis A), in the same part and as the same row, plus Axis-B ones;
@@ -179,6 +179,11 @@ def test_with_the_setting_off_nothing_is_written_and_the_filtered_corpus_is_byte
                         on.audits.relative_to(on.path)]:
         assert (on.path / rel).read_bytes() == (off.path / rel).read_bytes(), rel
     assert built[True]["funnel"] == built[False]["funnel"] and built[True]["splits"] == built[False]["splits"]
+    # what the split cost (pytest -rP shows it): its own steps, and the scan's extra measurements (on minus off)
+    u = built[True]["unfiltered"]
+    print(f"unfiltered split: {u['splits']}, Axis B {u['axis_b']}, filtered stages {u['from_stages']}; corpus {built[True]['splits']}")
+    print(f"unfiltered split: {u['seconds']} s; scan {built[True]['seconds']['scan']} s with it, "
+          f"{built[False]['seconds']['scan']} s without; total {built[True]['seconds']['total']} s vs {built[False]['seconds']['total']} s")
 
 
 def test_the_card_describes_the_unfiltered_split_and_names_its_files(season_builds):

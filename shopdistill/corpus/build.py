@@ -708,7 +708,8 @@ def decide_unfiltered(features, s: FilterSettings, signatures: dict):
     if not set(UNFILTERED_COLUMNS) <= set(features.columns):
         raise ValueError(f"decide_unfiltered: the features have no {' or '.join(UNFILTERED_COLUMNS)}: they come from a "
                          "scan without `unfiltered` (ShardScan; the build scans with it where corpus.unfiltered is on)")
-    both = features.assign(n_tokens=pd.to_numeric(features["n_tokens"].fillna(features["unfiltered_tokens"])),
+    # numbers on both sides: a column of a shard where no trace needed one holds only None
+    both = features.assign(n_tokens=pd.to_numeric(features["n_tokens"]).fillna(pd.to_numeric(features["unfiltered_tokens"])),
                            candidate=features["candidate"].fillna(features["unfiltered_candidate"]))
     return apply_stages(both.drop(columns=list(UNFILTERED_COLUMNS)), s, signatures, structural=False)
 
