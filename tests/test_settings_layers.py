@@ -18,13 +18,12 @@ _spec.loader.exec_module(layers)
 # (Last moved by the new `variants` section, empty in every profile, and by smoke's rollouts choosing their dtype from
 # the CPU: `train.rollout.vllm_dtype: auto`, which moves smoke's results where the CPU has bf16 units; then by stage 5's
 # reward that reads the turn's end, its task-matched states, steps from states, and smoke's seeds of stage 5; then by
-# `arena.score_rule`, whose default, `judge`, leaves every season as it was; then by stage 1's substrate settings,
-# `train.sft.substrate` and `lifted_share`, and `train.eval.leak_guard`, whose defaults leave stage 1 as it was, and
-# smoke's (and so ci's) substrate arms of stage 1.)
+# `arena.score_rule`, whose default, `judge`, leaves every season as it was; then by `corpus.unfiltered`, which writes the
+# unfiltered split beside the corpus and leaves the corpus as it was.)
 DIGESTS = {
-    "smoke": "f3697bb9a2259dc5fcef30678c36703d0f7838710f94a156a265d8c41b1660c2",
-    "ci": "75f8c76328f08621bbc57214d1f18171204b37210e542268481f86309f1fabc4",
-    "full": "6413392cf7f73a9d013ec874b50aede1838ff5766dc1e9b05755374cf4ddab1f",
+    "smoke": "32afdebc54fe9b09800169dfb409df6d6b453f681beae4786ba35cbac7df2682",
+    "ci": "31acbf6e6291fed1b7b69fa2477c0a46a50f5b4d04f0f387281e9054de9781e1",
+    "full": "25ddd4921d28b5d1dd41155d48858a381ea5563534222ebc17fa483fe4bdd503",
 }
 
 

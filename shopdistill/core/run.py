@@ -153,9 +153,11 @@ class CorpusFolder(Layout):
     trajectories: Path = _name("trajectories", "chapter 03's output, when the corpus is built from trace files")
     lifted: Path = _name("lifted", "the lifted split: the filter's sub-task trajectories as conversations (`corpus.lift`)")
     lift_ledger: Path = _name("lift_ledger.jsonl", "every sub-task trajectory not lifted, with its reason")
+    unfiltered: Path = _name("unfiltered", "the unfiltered split: the same pipeline without the structural filter, "
+                             "Axis B included (`corpus.unfiltered`)")
 
     def split_file(self, split: str, kind: str = "") -> Path:
-        "The parquet file of `split` (`train`, `eval`), of the per-step view when `kind` is `steps`, of the lifted split when `lifted`."
+        "The parquet file of `split` (`train`, `eval`), of the per-step view when `kind` is `steps`, of the lifted or unfiltered split when `lifted` or `unfiltered`."
         return self.parquet / (f"{kind}-{split}.parquet" if kind else f"{split}.parquet")
 
 # %% ../../nbs/core/01_run.ipynb #d1829763
