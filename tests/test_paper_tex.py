@@ -76,3 +76,26 @@ def test_main_tex_uses_only_generated_macros_and_inputs():
     assert used and used <= defined, f"main.tex uses macros the run did not write: {sorted(used - defined)}"
     for name in re.findall(r"\\input\{generated/([\w]+)\.tex\}", main):
         assert (GEN / f"{name}.tex").exists(), f"main.tex inputs generated/{name}.tex, which the run did not write"
+
+
+def test_a_sentence_with_a_bare_percent_is_refused():
+    # LaTeX reads a bare % as a comment: the macro's closing brace and every later \newcommand would vanish
+    q = Quoted({"asr": 0.5}, set())
+    with pytest.raises(ValueError, match="unescaped %"):
+        q.say("Bad", f"held-out ASR is {q.run('asr', '{:.1f}', 100)}%")
+    assert q.say("Good", rf"held-out ASR is {q.run('asr', '{:.1f}', 100)}\%").endswith(r"50.0\%")
+
+
+def test_seed_sentence_escapes_its_percents():
+    from shopdistill.results.tables import seed_sentence
+    r = {"stage.s5.asr": 0.4, "stage.s5.seed.1.asr": 0.36, "stage.s5.seed.1.vs_stage.lo": -0.1,
+         "stage.s5.seed.1.vs_stage.hi": 0.02}
+    text = Quoted(r, set()).say("Seeds", seed_sentence(Quoted(r, set()), "s5"))
+    assert r"40.0\%, 36.0\%" in text
+
+
+def test_generated_macros_have_no_bare_percent():
+    _generated()
+    import re
+    for line in (GEN / "macros.tex").read_text().splitlines()[1:]:
+        assert not re.search(r"(?<!\\)%", line), f"a bare % in macros.tex comments out the rest: {line[:120]}"

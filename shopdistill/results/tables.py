@@ -318,12 +318,12 @@ def seed_sentence(q: Quoted, stage: str) -> str | None:
                    key=int)
     if not seeds: return None
     runs = [f"stage.{stage}"] + [f"stage.{stage}.seed.{n}" for n in seeds]
-    asr = ", ".join(q.run(f"{r}.asr", "{:.1f}", scale=100) + "%" for r in runs)
+    asr = ", ".join(q.run(f"{r}.asr", "{:.1f}", scale=100) + r"\%" for r in runs)
     step = ", ".join(q.run(f"{r}.step_score", "{:.2f}") for r in runs if f"{r}.step_score" in q.results)
     clear = [n for n in seeds if change_verdict(q.results.get(f"stage.{stage}.seed.{n}.vs_stage.lo"),
                                                 q.results.get(f"stage.{stage}.seed.{n}.vs_stage.hi")) != "flat"]
-    verdict = (f"{_count(len(clear))} of the {_count(len(seeds))} other seeds differ in ASR from the first by a paired "
-               "interval clear of zero" if clear else f"none of the {_count(len(seeds))} other seeds differs in ASR from "
+    verdict = (f"{_count(len(clear))} of the {_count(len(seeds))} other seeds {'differs' if len(clear) == 1 else 'differ'} in ASR from the first by a paired "
+               "interval clear of zero" if clear else f"{'neither' if len(seeds) == 2 else 'none'} of the {_count(len(seeds))} other seeds differs in ASR from "
                "the first by a paired interval clear of zero")
     return (f"over {_count(len(runs))} seeds its held-out ASR is {asr}" + (f" and its held-out per-step score {step}" if step
                                                                    else "") + f"; {verdict}")

@@ -41,7 +41,8 @@ class Quoted:
 
     def say(self, name: str, text: str) -> str:
         """A generated sentence for `macros.tex`: quoted numbers and the words they chose. Not a
-        number, so not a source of one."""
+        number, so not a source of one. A bare `%` would make LaTeX drop the rest of `macros.tex`, so it is refused."""
+        if re.search(r"(?<!\\)%", text): raise ValueError(f"sentence {name!r} has an unescaped %: {text!r}")
         self.sentences[name] = text
         return text
 
