@@ -21,8 +21,8 @@ _spec.loader.exec_module(layers)
 # `arena.score_rule`, whose default, `judge`, leaves every season as it was; then by `corpus.unfiltered`, which writes the
 # unfiltered split beside the corpus and leaves the corpus as it was.)
 DIGESTS = {
-    "smoke": "32afdebc54fe9b09800169dfb409df6d6b453f681beae4786ba35cbac7df2682",
-    "ci": "31acbf6e6291fed1b7b69fa2477c0a46a50f5b4d04f0f387281e9054de9781e1",
+    "smoke": "8de28c9886557ca358bccb754b99c7d09b2e7ad8ce9bdd7fa16fdf0c65fab42a",
+    "ci": "4e8fec03eef6565beea0436eebc04546dffcfd393db6aa2aedba075f0b28f648",
     "full": "25ddd4921d28b5d1dd41155d48858a381ea5563534222ebc17fa483fe4bdd503",
 }
 
