@@ -125,12 +125,12 @@ def leak_guard_sentence(q: Quoted) -> str:
     g, u = (f"{q.run(f'leak_guard.{d}.asr', '{:.1f}', 100)}\\% [{q.run(f'leak_guard.{d}.asr_lo', '{:.1f}', 100)}, "
             f"{q.run(f'leak_guard.{d}.asr_hi', '{:.1f}', 100)}]" for d in ("guarded", "unguarded"))
     d, lo, hi = (q.run(f"leak_guard.{k}", "{:+.1f}") for k in ("diff", "lo", "hi"))
-    n = q.run("leak_guard.in_corpus_clusters.n_problems", "{:d}")
+    n, m = (q.run(f"leak_guard.{d}.n_problems", "{:d}") for d in ("in_corpus_clusters", "unguarded"))
     verdict = {"up": "the unguarded split adds", "down": "the unguarded split takes away",
                "flat": "a difference this run cannot tell from zero:"}[
         change_verdict(q.results.get("leak_guard.lo"), q.results.get("leak_guard.hi"))]
-    return (f"reads {u} without the guard, where {n} problems have a near-duplicate in training, against {g} with "
-            f"it: {verdict} {d} points (interval [{lo}, {hi}])")
+    return (f"reads {u} without the guard ({n} of its {m} problems have a near-duplicate in training) against {g} "
+            f"with it: {verdict} {d} points (interval [{lo}, {hi}])")
 
 # %% ../../nbs/07_results/05a_substrate.ipynb #0d8041dd
 def season_sentence(q: Quoted, rule: str, other: str) -> str:
