@@ -30,7 +30,7 @@ from .doctor import gpu_needed, preflight, preflight_report
 
 # %% ../../nbs/99_reproduce/02_driver.ipynb #0afc5a40
 CHAPTER_PATTERN = re.compile(r"[0-8][0-9]_[^.]+")  # a chapter's folder (or single notebook), NN in 00..89
-NOTEBOOK_PATTERN = re.compile(r"[0-9][0-9]_.+\.ipynb")  # a notebook inside a chapter's folder
+NOTEBOOK_PATTERN = re.compile(r"[0-9][0-9][a-z]?_.+\.ipynb")  # a notebook inside a chapter's folder ("05a_" sits between 05 and 06)
 KEY_PACKAGES = ("numpy", "torch", "transformers", "trl", "datasets", "papermill", "nbdev")
 DEFAULT_SKIP_FLAGS = ("notest",)  # nbdev's own default `tst_flags`
 # Cells flagged `#| reproduce` build a chapter's outputs at the profile's size (a season, a corpus, a training stage):
