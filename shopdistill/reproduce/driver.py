@@ -130,9 +130,10 @@ def _sha(obj) -> str:
 
 
 def notebook_digest(path) -> str:
-    "A hash of a notebook's cells as written: type, source and tags, not outputs or other metadata."
+    """A hash of what a notebook runs: its code cells as written (source and tags), not their outputs, other metadata
+    or its prose, which no output depends on (a reworded paragraph leaves a run's results current)."""
     nb = nbformat.read(path, as_version=4)
-    return _sha([[c.cell_type, c.source, sorted(c.get("metadata", {}).get("tags", []))] for c in nb.cells])
+    return _sha([[c.source, sorted(c.get("metadata", {}).get("tags", []))] for c in nb.cells if c.cell_type == "code"])
 
 
 def package_versions() -> dict:
