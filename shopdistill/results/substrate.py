@@ -97,7 +97,7 @@ def substrate_table(q: Quoted, arms: list[str]) -> str:
     return booktabs(["substrate", "ASR %", "vs (a), points", "per-step", "conv.", "tasks", "call seqs",
                      "first call, bits", "sequence, bits", "turns", "trained tokens", "steps"], rows,
                     "Stage 1 on four substrates, each on as many conversations and optimiser steps, evaluated on the "
-                    "same held-out problems (chapters 05 and 07).", "tab:substrate")
+                    "same held-out problems (chapter 05).", "tab:substrate")
 
 # %% ../../nbs/07_results/05a_substrate.ipynb #879a2e63
 def season_table(q: Quoted, rules: list[str]) -> str:
@@ -115,7 +115,7 @@ def season_table(q: Quoted, rules: list[str]) -> str:
                      q.run(f"{p}.day.{last}.corpus", "{:,}")])
     return booktabs(["score rule", "agentic traces, day 1 %", "last day %", "agentic miners, last day %",
                      "won: agentic", "sub-task", "decoy", "agentic majority from day", "corpus"], rows,
-                    "The same season under the validator's score and under ORO's richness rule (chapters 02 and 07).",
+                    "The same season under the validator's score and under ORO's richness rule (chapter 02).",
                     "tab:seasons")
 
 # %% ../../nbs/07_results/05a_substrate.ipynb #0102a3b1
