@@ -5,14 +5,14 @@
 # %% auto #0
 __all__ = ['CHAPTER_PATTERN', 'NOTEBOOK_PATTERN', 'KEY_PACKAGES', 'DEFAULT_SKIP_FLAGS', 'RUN_FLAGS', 'KERNEL_WARNINGS',
            'MODEL_CHAPTERS', 'REGENERATE', 'ReproduceError', 'find_chapters', 'notebook_name', 'notebook_matches',
-           'select_chapters', 'normalise_flags', 'skip_flags', 'prepare_notebook', 'notebook_digest',
+           'select_chapters', 'normalise_flags', 'skip_flags', 'prepare_notebook', 'code_digest', 'notebook_digest',
            'package_versions', 'chapter_inputs', 'read_manifest', 'write_manifest', 'plan', 'ChapterFailed',
            'failure_from_output', 'git_state', 'tidy_outputs', 'strip_directives', 'injected', 'render_html',
            'run_lock', 'execute', 'profile_checks', 'require_ready', 'write_settings', 'published_folders', 'reproduce',
            'write_record', 'check_published']
 
 # %% ../../nbs/99_reproduce/02_driver.ipynb #e82a2c4f
-import hashlib, json, os, platform, re, subprocess, threading, time
+import ast, hashlib, json, os, platform, re, subprocess, threading, time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
@@ -123,6 +123,25 @@ def prepare_notebook(src, dest, flags=(), skip=None) -> int:
     nbformat.write(nb, dest)
     return n
 
+# %% ../../nbs/99_reproduce/02_driver.ipynb #aebed019
+def _drop_docstrings(tree):
+    "`tree` without the docstrings of its functions and classes (a docstring is documentation, not behaviour)."
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.body \
+                and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant) \
+                and isinstance(n.body[0].value.value, str):
+            n.body = n.body[1:] or [ast.Pass()]
+    return tree
+
+
+def code_digest(source: str) -> list:
+    """What a code cell runs, as a value to hash: its nbdev directives (they decide where and whether it runs) and
+    its syntax tree without comments, layout or docstrings, so a formatter or a reworded docstring changes nothing;
+    a cell that is not plain Python (an IPython magic) by its text."""
+    directives = [l.strip() for l in source.splitlines() if l.lstrip().startswith("#|")]
+    try: return [directives, ast.dump(_drop_docstrings(ast.parse(source)))]
+    except SyntaxError: return [directives, source]
+
 # %% ../../nbs/99_reproduce/02_driver.ipynb #f2ab13b1
 def _sha(obj) -> str:
     "sha256 of `obj` written as canonical JSON."
@@ -130,10 +149,11 @@ def _sha(obj) -> str:
 
 
 def notebook_digest(path) -> str:
-    """A hash of what a notebook runs: its code cells as written (source and tags), not their outputs, other metadata
-    or its prose, which no output depends on (a reworded paragraph leaves a run's results current)."""
+    """A hash of what a notebook runs: each code cell's `code_digest` and tags, not their outputs, other metadata or
+    the notebook's prose, which no output depends on (a reworded paragraph leaves a run's results current)."""
     nb = nbformat.read(path, as_version=4)
-    return _sha([[c.source, sorted(c.get("metadata", {}).get("tags", []))] for c in nb.cells if c.cell_type == "code"])
+    return _sha([[code_digest(c.source), sorted(c.get("metadata", {}).get("tags", []))]
+                 for c in nb.cells if c.cell_type == "code"])
 
 
 def package_versions() -> dict:
