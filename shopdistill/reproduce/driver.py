@@ -136,11 +136,11 @@ def _drop_docstrings(tree):
 
 def code_digest(source: str) -> list:
     """What a code cell runs, as a value to hash: its nbdev directives (they decide where and whether it runs) and
-    its syntax tree without comments, layout or docstrings, so a formatter or a reworded docstring changes nothing;
-    a cell that is not plain Python (an IPython magic) by its text."""
+    its statements' syntax trees without comments, layout or docstrings, so a formatter or a reworded docstring
+    changes nothing; a cell that is not plain Python (an IPython magic) by its text."""
     directives = [l.strip() for l in source.splitlines() if l.lstrip().startswith("#|")]
-    try: return [directives, ast.dump(_drop_docstrings(ast.parse(source)))]
-    except SyntaxError: return [directives, source]
+    try: return [directives, [ast.dump(s) for s in _drop_docstrings(ast.parse(source)).body]]
+    except SyntaxError: return [directives, [source]]
 
 # %% ../../nbs/99_reproduce/02_driver.ipynb #f2ab13b1
 def _sha(obj) -> str:
@@ -149,11 +149,15 @@ def _sha(obj) -> str:
 
 
 def notebook_digest(path) -> str:
-    """A hash of what a notebook runs: each code cell's `code_digest` and tags, not their outputs, other metadata or
-    the notebook's prose, which no output depends on (a reworded paragraph leaves a run's results current)."""
-    nb = nbformat.read(path, as_version=4)
-    return _sha([[code_digest(c.source), sorted(c.get("metadata", {}).get("tags", []))]
-                 for c in nb.cells if c.cell_type == "code"])
+    """A hash of what a notebook runs: its code cells' `code_digest`s and tags, not their outputs, other metadata or
+    the notebook's prose, which no output depends on (a reworded paragraph leaves a run's results current). Code
+    cells in a row with the same directives and tags count as one, so a cell split in two is the same code."""
+    nb, runs = nbformat.read(path, as_version=4), []
+    for c in (c for c in nb.cells if c.cell_type == "code"):
+        (directives, statements), tags = code_digest(c.source), sorted(c.get("metadata", {}).get("tags", []))
+        if runs and runs[-1][:2] == [directives, tags]: runs[-1][2] += statements
+        else: runs.append([directives, tags, statements])
+    return _sha(runs)
 
 
 def package_versions() -> dict:
