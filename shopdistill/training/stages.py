@@ -13,15 +13,13 @@ import math
 import random
 import time
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Callable
 from ..core.files import write_json
 from ..core.run import Run, StageFolder, TrainFolder
 from ..sandbox.profile import load_sandbox
 from .evalstats import paired_bootstrap
 from .evaluation import (evaluate_stage, evaluation_problems, heldout_problems, open_problems,
                                              read_episodes, reuse_evaluation)
-from .kto import KtoSettings, corpus_desirable, kto_episodes, kto_stage
+from .kto import corpus_desirable, kto_episodes, kto_stage
 from .policy import load_policy
 from .rejection import rejection_problems, rejection_resample
 from .settings import TrainSettings
