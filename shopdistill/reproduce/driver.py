@@ -142,7 +142,7 @@ def code_digest(source: str) -> list:
     try: return [directives, [ast.dump(s) for s in _drop_docstrings(ast.parse(source)).body]]
     except SyntaxError: return [directives, [source]]
 
-# %% ../../nbs/99_reproduce/02_driver.ipynb #f2ab13b1
+# %% ../../nbs/99_reproduce/02_driver.ipynb #529dc389
 def _sha(obj) -> str:
     "sha256 of `obj` written as canonical JSON."
     return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
@@ -169,7 +169,7 @@ def package_versions() -> dict:
         except metadata.PackageNotFoundError: out[name] = None
     return out
 
-
+# %% ../../nbs/99_reproduce/02_driver.ipynb #24693c7d
 def chapter_inputs(chapters, config_digest: str, flags=(), skip=(), version=None) -> dict:
     """For each notebook (by name): the parts of its cache key and the `key` itself, chained through the notebooks
     before it. `config_digest` is the profile's `Settings.digest()`: its effective settings,
@@ -187,6 +187,7 @@ def chapter_inputs(chapters, config_digest: str, flags=(), skip=(), version=None
 _WHY = {"cells": "its cells changed", "config": "the profile's settings changed", "flags": "the flags changed",
         "skip_flags": "tst_flags changed", "version": "the package version changed",
         "before": "an earlier notebook changed"}
+
 
 def _why_stale(recorded: dict, current: dict) -> str:
     """Why a notebook's recorded key parts differ from its current ones (an earlier notebook's change only when nothing
