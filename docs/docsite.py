@@ -186,7 +186,7 @@ def stage(profile: str, runs: Path, staging: Path, figures: Path, nbs: Path = RO
             if folder in chapters: pages = [page(s, e, folder, ran) for s, e in chapters[folder]]
             else:
                 pages = []
-                for s in sorted((nbs / folder).glob("[0-9][0-9]_*.ipynb")):
+                for s in sorted((nbs / folder).glob("[0-9][0-9]*_*.ipynb")):
                     say(f"docs: executing {folder}/{s.name} (not part of a reproduction)")
                     dest = Path(tmp) / folder / s.name
                     execute_copy(s, dest)

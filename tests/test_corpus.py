@@ -111,8 +111,11 @@ def test_dataset_card(built):
     assert {k: data[k] for k in ("license", "language", "size_categories", "task_categories", "pretty_name")} == {
         "license": "apache-2.0", "language": ["en"], "size_categories": ["n<1K"], "task_categories": ["text-generation"],
         "pretty_name": s["settings"]["corpus"]["name"]}
+    lifted = [f"parquet/lifted-{p}.parquet" for p, n in s["lift"]["splits"].items() if n]
     assert [(c["config_name"], [f["path"] for f in c["data_files"]]) for c in data["configs"]] == [
-        ("default", ["parquet/train.parquet", "parquet/eval.parquet"]), ("steps", ["parquet/steps-train.parquet", "parquet/steps-eval.parquet"])]
+        ("default", ["parquet/train.parquet", "parquet/eval.parquet"]), ("steps", ["parquet/steps-train.parquet", "parquet/steps-eval.parquet"]),
+    ] + ([("lifted", lifted)] if lifted else []) + [  # the tiny season's gate passes no harness: nothing lifted (tests/test_lift.py opens it)
+        ("unfiltered", [f"parquet/unfiltered-{p}.parquet" for p, n in s["unfiltered"]["splits"].items() if n])]
     for c in data["configs"]:  # every file the header names is there
         assert all((CorpusFolder(d / "corpus").path / f["path"]).is_file() for f in c["data_files"])
     body = card.text
@@ -131,6 +134,8 @@ def test_dataset_card_loading_snippet_works(built):
     exec(snippet.replace(LOAD_FOLDER, str(d / "corpus")), env)
     assert {k: len(v) for k, v in env["corpus"].items()} == s["splits"]
     assert set(env["steps"]) == set(s["splits"]) and env["corpus"]["train"][0]["split"] == "train"
+    assert {k: len(v) for k, v in env.get("lifted", {}).items()} == {k: v for k, v in s["lift"]["splits"].items() if v}
+    assert {k: len(v) for k, v in env["unfiltered"].items()} == {k: v for k, v in s["unfiltered"]["splits"].items() if v}
 
 
 def test_no_build_machine_paths(built):

@@ -150,7 +150,8 @@ def test_both_profiles_have_a_valid_train_section():
     assert (full.rejection.k, full.rejection.temperature, full.rejection.top_p) == (8, 0.9, 0.95) and len(full.sft.lr_sweep) > 1
     assert full.max_tool_chars is None
     assert {"stage4_kto", "dr_grpo"} <= set(smoke.eval.sampled) and smoke.eval.sampled_problems == 20
-    assert smoke.eval.sampled_variants == []  # stage 5's seeds are evaluated greedily
+    # stage 5's seeds draw samples too: each seed's pass@1 and pass@8
+    assert smoke.eval.sampled_variants == ["seed.1", "seed.2"]
 
 
 def under_view(policy, view: dict):

@@ -62,6 +62,7 @@ def test_a_hand_typed_number_is_refused(tmp_path):
     (r"\begin{tabular}{lrr} 3 \\", ["3"]),
     (r"\newcommand{\AsrSft}{42.7}", ["42.7"]),
     ("The season (chapter 02), 5 races; the corpus (chapters 03-04)", ["5"]),
+    ("win 3 races against 0, and 1,234 traces", ["3", "0", "1,234"]),  # a comma after a number is not part of it
 ])
 def test_numbers_in_tex(tex, nums):
     assert numbers_in_tex(tex) == nums

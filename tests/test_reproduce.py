@@ -178,6 +178,8 @@ def test_changing_a_chapter_reruns_it_and_the_ones_after(project):
     write_nb(project / "nbs" / "01_second.ipynb", second_cells("x = 2"))  # only the last chapter changes
     assert statuses(run(project)) == {"00_first": "cached", "01_second": "executed"}
     write_nb(project / "nbs" / "00_first.ipynb", FIRST + [nbformat.v4.new_markdown_cell("A new paragraph.")])
+    assert statuses(run(project)) == {"00_first": "cached", "01_second": "cached"}  # prose decides no output
+    write_nb(project / "nbs" / "00_first.ipynb", FIRST + [nbformat.v4.new_code_cell("y = 1")])
     steps = plan("tiny", nbs_dir=project / "nbs", runs_root=project / "runs", configs_dir=project / "configs")
     assert [s["why"] for s in steps] == ["its cells changed", "an earlier notebook changed"]
     assert statuses(run(project)) == {"00_first": "executed", "01_second": "executed"}

@@ -25,8 +25,9 @@ from .envelope import make_envelope
 from .firehose import ShardWriter, gzip_member
 from .miners import MinerAgent, MinerSpec, STYLES, VARIANTS
 from ..mechanics.pools import assign_pools, public_suite, race_problems
-from ..mechanics.rules import (ArenaSettings, Entry, final_score, judge_coefficient, qualifiers,
-                                         race_standings, race_winner, u16_weights, weight_vector)
+from ..mechanics.rules import (SCORE_RULES, ArenaSettings, Entry, call_origins, final_score,
+                                         judge_coefficient, qualifiers, race_standings, race_winner, rule_score,
+                                         u16_weights, weight_vector)
 from .tool_client import InProcessToolClient, ProxyLog, SearchCache, SimClock
 from .validator import Limits, gate_proxy_judge, problem_success, run_problem
 from ..core.run import ArenaFolder, Run
@@ -182,8 +183,8 @@ def clear_state():
 
 def run_work(work: dict) -> tuple[bytes, list[dict]]:
     """One validator's run of one agent version on `work['problem_ids']`: (gzip member of envelopes, one row per
-    problem). `work` holds phase, race_id, day, suite_version, problem_seed, validator, version (an
-    AgentVersion), start_ms, seed."""
+    problem, with its catalogue calls and how many of them the model requested: `call_origins`). `work` holds phase,
+    race_id, day, suite_version, problem_seed, validator, version (an AgentVersion), start_ms, seed."""
     st, v = _STATE["settings"], work["version"]
     limits, cache, catalog = _STATE["limits"], _STATE["cache"], _STATE["catalog"]
     agent, clock = _STATE["agents"].get(v.version_id) or MinerAgent(v.spec, limits.step_cap), SimClock(work["start_ms"])
@@ -202,6 +203,7 @@ def run_work(work: dict) -> tuple[bytes, list[dict]]:
             env, calls = run_problem(agent.agent_main, problem, client, limits)
         judge = gate_proxy_judge(problem["query"], env["dialogue"], calls)
         ok = problem_success(problem, env, catalog)
+        origins = call_origins(env)  # the richness rule's evidence, read from the proxy log as ORO reads it
         trace_id = f"{work['race_id']}/{work['phase']}/{work['validator'][:8]}/{v.version_id}/{pid}"
         env["extract"] = {"trace_id": trace_id, "race_id": work["race_id"], "phase": work["phase"], "day": work["day"],
                           "suite_version": work.get("suite_version"), "problem_seed": work.get("problem_seed"),
@@ -212,27 +214,40 @@ def run_work(work: dict) -> tuple[bytes, list[dict]]:
         rows.append({"trace_id": trace_id, "problem_id": pid, "status": env["status"], "success": ok,
                      "reasoning_quality": judge["reasoning_quality"], "steps": len(env["dialogue"] or []),
                      "inference_total": env["inference_total"], "execution_time": env["execution_time"],
-                     "suite_timeout": (env["error"] or {}).get("type") == "SuiteTimeout"})
+                     "suite_timeout": (env["error"] or {}).get("type") == "SuiteTimeout",
+                     "catalogue_calls": len(origins), "requested_calls": sum(origins)})
         clock.advance(rng.uniform(200, 2000))  # the sandbox resets between problems
     return gzip_member(lines, st.compresslevel), rows
 
 # %% ../../nbs/02_arena_traces/05_season.ipynb #18efae80
-def _score_runs(rows_by_run: dict, eligible_runs: int) -> dict:
-    """Per version, over its validator runs: the mean blended score (chapter 00's `final_score`), success rate, mean
-    judge quality and coefficient. A run cut by the suite limit counts its unstarted problems as failures and does not
-    count as completed; a version is eligible with at least `eligible_runs` completed runs (or all, when fewer ran)."""
+def _requested_share(rows: list) -> float:
+    "The share of the rows' catalogue calls that the model requested, 0.0 with none (`run_richness`, from the counts)."
+    n = sum(x["catalogue_calls"] for x in rows)
+    return sum(x["requested_calls"] for x in rows) / n if n else 0.0
+
+
+def _score_runs(rows_by_run: dict, eligible_runs: int, rule: str = "judge") -> dict:
+    """Per version, over its validator runs: the mean of its runs' scores under `rule` (chapter 00's `rule_score`),
+    success rate, mean judge quality and coefficient; under the richness rule also the version's `richness` (its runs'
+    calls pooled) and `judge_score`, the mean before the multiplier. A run cut by the suite limit counts its unstarted
+    problems as failures and does not count as completed; a version is eligible with at least `eligible_runs` completed
+    runs (or all, when fewer ran)."""
     per = {}
     for (vid, _validator), rows in rows_by_run.items(): per.setdefault(vid, []).append(rows)
     out = {}
     for vid, runs in per.items():
         completed = sum(not any(x["suite_timeout"] for x in r) for r in runs)
-        scores = [final_score(float(np.mean([x["success"] for x in r])),
-                              [x["reasoning_quality"] for x in r]) for r in runs]
+        blended = [(float(np.mean([x["success"] for x in r])), [x["reasoning_quality"] for x in r]) for r in runs]
+        rich = [_requested_share(r) if rule == "richness" else None for r in runs]
+        scores = [rule_score(s, q, rule, x) for (s, q), x in zip(blended, rich)]
         q = float(np.mean([x["reasoning_quality"] for r in runs for x in r]))
         out[vid] = {"score": round(float(np.mean(scores)), 4), "eligible": completed >= min(eligible_runs, len(runs)),
                     "runs": len(runs), "completed_runs": completed,
                     "success_rate": round(float(np.mean([x["success"] for r in runs for x in r])), 4),
                     "mean_quality": round(q, 4), "coefficient": round(judge_coefficient(q), 4)}
+        if rule == "richness":  # today's race log keeps its columns: these appear only under the new rule
+            out[vid].update(richness=round(_requested_share([x for r in runs for x in r]), 4),
+                            judge_score=round(float(np.mean([final_score(s, q) for s, q in blended])), 4))
     return out
 
 
@@ -244,6 +259,8 @@ def _day_ms(settings: ArenaTracesSettings, day: int, hours: float = 0.0) -> int:
 class Season:
     "The state of a season between days: versions, the incumbent, what is public, and the logs."
     def __init__(self, settings: ArenaTracesSettings, rules, bank, labels, pools, suites):
+        if rules.score_rule not in SCORE_RULES:
+            raise ValueError(f"Season: unknown arena.score_rule {rules.score_rule!r} (known: {', '.join(SCORE_RULES)})")
         self.st, self.rules, self.bank, self.labels, self.pools, self.suites = (settings, rules, bank, labels,
                                                                                 pools, suites)
         self.versions = {v.version_id: v for v in initial_population(settings)}
@@ -307,7 +324,7 @@ def run_phase(self: Season, works: list, run_many, writer) -> dict:
                                     "day": w["day"], "status": r["status"], "success": r["success"],
                                     "reasoning_quality": r["reasoning_quality"], "steps": r["steps"],
                                     "inference_total": r["inference_total"]})
-    return _score_runs(by_run, self.st.eligible_runs)
+    return _score_runs(by_run, self.st.eligible_runs, self.rules.score_rule)
 
 # %% ../../nbs/02_arena_traces/05_season.ipynb #d9480299
 @patch

@@ -117,6 +117,12 @@ class ArenaFolder(Layout):
     weights: Path = _name("weights.parquet", "the weights each validator set")
     trace_labels: Path = _name("labels/traces.parquet", "the hidden truth about each trace (style, variant)")
     version_labels: Path = _name("labels/versions.parquet", "the hidden truth about each agent version")
+    rules_compared: Path = _name("score_rules/days.parquet",
+                                 "day by day, this season beside the same season under the other score rule")
+
+    def under_rule(self, rule: str) -> "ArenaFolder":
+        "The same season under score rule `rule` (chapter 00's `SCORE_RULES`), when it is not this season's rule."
+        return ArenaFolder(self.path / "score_rules" / rule)
 
     def agent_run(self, stem: str) -> Path:
         "Where `shopdistill arena run-agent` writes the run of agent file `stem`."
@@ -145,9 +151,13 @@ class CorpusFolder(Layout):
     tokenizer: Path = _name("tokenizer", "the BPE trained on the traces (smoke's token counter)")
     work: Path = _name("work", "scratch space of a build, removed when it fails")
     trajectories: Path = _name("trajectories", "chapter 03's output, when the corpus is built from trace files")
+    lifted: Path = _name("lifted", "the lifted split: the filter's sub-task trajectories as conversations (`corpus.lift`)")
+    lift_ledger: Path = _name("lift_ledger.jsonl", "every sub-task trajectory not lifted, with its reason")
+    unfiltered: Path = _name("unfiltered", "the unfiltered split: the same pipeline without the structural filter, "
+                             "Axis B included (`corpus.unfiltered`)")
 
     def split_file(self, split: str, kind: str = "") -> Path:
-        "The parquet file of `split` (`train`, `eval`), of the per-step view when `kind` is `steps`."
+        "The parquet file of `split` (`train`, `eval`), of the per-step view when `kind` is `steps`, of the lifted or unfiltered split when `lifted` or `unfiltered`."
         return self.parquet / (f"{kind}-{split}.parquet" if kind else f"{split}.parquet")
 
 # %% ../../nbs/core/01_run.ipynb #d1829763
@@ -172,6 +182,11 @@ class StageFolder(Layout):
     variants: Path = _name("variants", "the stage's arms and seeds, each a stage folder of its own "
                            "(`variants/arm.<name>/`, `variants/seed.<n>/`)")
     failure: Path = _name("failed.json", "a variant that failed: its error, in place of its evaluation")
+    substrate: Path = _name("substrate.json", "stage 1 and its arms: what the stage trained on (`sft.substrate`), its "
+                            "counts, tokens and diversity")
+    unguarded: Path = _name("unguarded", "stage 1: its policy on the held-out problems the leak guard skips, a stage "
+                            "folder of its own (the problems the guarded evaluation also played are not played again)")
+    leak_guard: Path = _name("leak_guard.json", "stage 1: its ASR on the unguarded draw against the guarded one")
 
     @property
     def name(self) -> str: return self.path.name

@@ -26,7 +26,7 @@ COLUMN_DOCS = {
     "reformulations": "distinct search queries after the first",
                "verification": "share of recommended ids inspected before recommending",
     "repeats": "tool calls that repeat an earlier call exactly",
-               "axis": "A (the model emits the tool calls); every row is A",
+               "axis": "A (the model emits the tool calls) or B (a script does); every row of the corpus is A",
     "evidence": "proxy_log or text: what the Axis classification read",
                "authored_share": "share of action turns written by a model call",
     "cluster": "leak-cluster id (the unit of the split)",
@@ -55,14 +55,16 @@ def size_category(n: int) -> str:
 
 def card_data(summary: dict):
     """The card's YAML header as `huggingface_hub.DatasetCardData`: license, language, size, task, name,
-    and a parquet config per view."""
+    and a parquet config per view (the lifted and the unfiltered split's too, when the build wrote them)."""
     from huggingface_hub import DatasetCardData
     c = summary["settings"]["corpus"]
     splits = [x for x in ("train", "eval") if x in summary["splits"]]
-    configs = [{"config_name": "default",
-                "data_files": [{"split": x, "path": CorpusFolder(Path()).split_file(x).as_posix()} for x in splits]}]
-    if c["per_step"]: configs.append({"config_name": "steps", "data_files": [
-        {"split": x, "path": CorpusFolder(Path()).split_file(x, "steps").as_posix()} for x in splits]})
+    files = lambda kind, parts: [{"split": x, "path": CorpusFolder(Path()).split_file(x, kind).as_posix()} for x in parts]
+    configs = [{"config_name": "default", "data_files": files("", splits)}]
+    if c["per_step"]: configs.append({"config_name": "steps", "data_files": files("steps", splits)})
+    for name, key in (("lifted", "lift"), ("unfiltered", "unfiltered")):  # the summary's block of each split beside the corpus
+        parts = [x for x, n in ((summary.get(key) or {}).get("splits") or {}).items() if n]
+        if parts: configs.append({"config_name": name, "data_files": files(name, parts)})
     return DatasetCardData(license=c["license"].lower(), language=["en"],
                            size_categories=[size_category(sum(summary["splits"].values()))],
                            task_categories=["text-generation"], pretty_name=c["name"],
@@ -73,6 +75,10 @@ def _card_intro(s: dict) -> str:
     "The card's title, what the corpus is, and how to load it."
     c = s["settings"]["corpus"]
     steps = '\nsteps = datasets.load_dataset(folder, "steps")  # one row per assistant turn' if c["per_step"] else ""
+    if (s.get("lift") or {}).get("lifted"):
+        steps += '\nlifted = datasets.load_dataset(folder, "lifted")  # sub-task trajectories lifted (see below): no stage trains on them'
+    if (s.get("unfiltered") or {}).get("rows"):
+        steps += '\nunfiltered = datasets.load_dataset(folder, "unfiltered")  # without the structural filter (see below): no stage trains on it'
     return f"""# {c['name']}
 
 Tool-calling shopping trajectories in which the language model itself emits the tool calls (Axis A), filtered from the traces of an SN15-style
@@ -130,6 +136,67 @@ traces per problem, best structural score first. Tokens were counted with: {s['t
 
 """
 
+# %% ../../nbs/04_structural_filter/08_dataset_card.ipynb #4751fefa
+def _card_lifted(s: dict) -> str:
+    "The lifted split: how many, from what, the rules each passed, the ledger, its parts, and that no stage trains on it ('' without one)."
+    lf, f = s.get("lift"), s["settings"]["filter"]
+    if not lf: return ""
+    stages = ", ".join(f"{k} {v:,}" for k, v in lf["from_stages"].items()) or "none"
+    return f"""## The lifted split
+
+The filter rejects every sub-task (Axis B) trajectory: a script made the tool calls and the model only classified or narrated. Of the
+{lf['subtask']:,} it rejected here, {lf['lifted']:,} are released lifted, as the `lifted` configuration (`parquet/lifted-*.parquet`): the same
+task as a conversation in which the assistant makes the catalogue requests the script made, in the order its proxy log recorded them,
+sees the results the log holds, and recommends what the script recommended. The judge's score, the miner and the outcome are the
+original's, the column `lifted_from` names it and `axis` is B; the stage of the filter that took each lifted original out: {stages}.
+{lf['distinct']:,} of them are distinct, over {lf['problems']:,} problems, {lf['tokens']:,} tokens in all: exact duplicates are not removed and no cap
+per problem applies.
+
+A trajectory was lifted only where the conversation agrees with what was observed: it has a proxy log; the judge's verdict on the
+original passes the gate (>= {f['min_quality']}); the script called recommend_product once, with product ids; every logged request is a
+successful search or product view, and each call has its result (a result the proxy cut is completed only from a dialogue result that
+begins with the cut text and names the same products); the calls fit the tools' schemas; and every recommended id appears in a result
+the conversation shows. Every other one is in `lift_ledger.jsonl` with its source, id and reason: {_counts(lf['ledger'])}.
+
+{_md_table({k: f"{v:,} conversations" for k, v in lf['splits'].items()}, ("part", "size"))}
+
+{_beside_rule("lifted", lf["audit"])}
+
+"""
+
+
+def _beside_rule(name: str, audit: list) -> str:
+    "The leak guard of a split written beside the corpus (`name`: lifted or unfiltered), its audit, and its default use."
+    audit = "empty" if not audit else f"{len(audit)} findings"
+    return f"""Its parts follow the corpus's leak-cluster split and add no cluster: `train` where the problem's leak cluster is a train cluster of the
+corpus and the corpus holds a problem of its bank cluster (so the held-out evaluation, which skips those clusters, skips it too), `eval`
+where its cluster is an eval cluster, `unassigned` otherwise. Audit of the corpus with the {name} train and eval parts: {audit}. No stage
+of the recipe trains on the {name} split by default: the stages read the `default` configuration only."""
+
+
+def _counts(d: dict) -> str: return ", ".join(f"{k} {v:,}" for k, v in d.items()) or "none"
+
+# %% ../../nbs/04_structural_filter/08_dataset_card.ipynb #84536007
+def _card_unfiltered(s: dict) -> str:
+    "The unfiltered split: what it is, its parts (Axis B, problems, tokens), the split it follows, and that no stage trains on it ('' without one)."
+    u = s.get("unfiltered")
+    if not u: return ""
+    parts = "\n".join(["| part | trajectories | Axis B | problems | tokens |", "|---|---|---|---|---|"]
+                      + [f"| {p} | {n:,} | {u['axis_b'][p]:,} | {u['problems'][p]:,} | {u['tokens'][p]:,} |" for p, n in u["splits"].items()])
+    return f"""## The unfiltered split
+
+The same pipeline without the structural filter, released as the `unfiltered` configuration (`parquet/unfiltered-*.parquet`): the judge's
+gate, the format gate, the hard rejects, exact and near dedup, the token budget and the cap per problem as above, but no structural-score
+floor and no Axis-B rejection, so sub-task trajectories stand as they were recorded (the column `axis` says which is which). It is the
+substrate of the unfiltered arm of the recipe's experiments. Its rows are written as the corpus's; what the filter decided about them:
+{_counts(u['from_stages'])}.
+
+{parts}
+
+{_beside_rule("unfiltered", u["audit"])}
+
+"""
+
 # %% ../../nbs/04_structural_filter/08_dataset_card.ipynb #fdd11902
 def _card_columns() -> str:
     "The columns of the two views."
@@ -171,12 +238,12 @@ evidence. The judge score is a proxy for reasoning quality, not a measure of it.
 # %% ../../nbs/04_structural_filter/08_dataset_card.ipynb #90aa1f20
 def dataset_card(summary: dict, kept=None) -> str:
     """The corpus's README.md, a `huggingface_hub.DatasetCard`: the header of `card_data`, then what the corpus is, how
-    it was made (the funnel), how to load it, its columns, limits and citation. Raises ValueError if the header
+    it was made (the funnel), the lifted and unfiltered splits (when there are), how to load it, its columns, limits and citation. Raises ValueError if the header
     does not parse back as written."""
     from huggingface_hub import DatasetCard
     data = card_data(summary)
-    body = (_card_intro(summary) + _card_splits(summary) + _card_method(summary) + _card_columns()
-            + _card_license(summary))
+    body = (_card_intro(summary) + _card_splits(summary) + _card_method(summary) + _card_lifted(summary)
+            + _card_unfiltered(summary) + _card_columns() + _card_license(summary))
     card = DatasetCard(f"---\n{data.to_yaml()}\n---\n\n{body}")
     if card.data.to_dict() != data.to_dict():
         raise ValueError(f"the dataset card's header does not parse back as written: {card.data.to_dict()}")

@@ -49,6 +49,16 @@ def _corpus(args) -> int:
           f"{'empty' if not s['audit'] else str(len(s['audit'])) + ' findings'}; "
           f"{s['seconds']['total']:.0f}s{' (reused)' if s.get('reused') else ''}")
     print(f"corpus -> {s['out_dir']} (README.md, dataset/, steps/, parquet/)")
+    if s.get("lift"):
+        lf = s["lift"]
+        print(f"lifted: {lf['lifted']:,} of {lf['subtask']:,} sub-task trajectories "
+              f"({', '.join(f'{k} {v:,}' for k, v in lf['splits'].items())}) -> lifted/; the others by reason "
+              f"({', '.join(f'{k} {v:,}' for k, v in lf['ledger'].items()) or 'none'}) -> lift_ledger.jsonl")
+    if s.get("unfiltered"):
+        u = s["unfiltered"]
+        print(f"unfiltered: {u['rows']:,} trajectories without the structural filter "
+              f"({', '.join(f'{k} {v:,}' for k, v in u['splits'].items())}; Axis B {sum(u['axis_b'].values()):,}) -> unfiltered/; "
+              f"{u['seconds']['decide'] + u['seconds']['write']:.1f}s beyond the corpus")
     ledger = TrajectoriesFolder(s["trajectories_dir"]).ledger
     reasons = Counter(json.loads(l)["reason"] for l in open(ledger)) if ledger.is_file() else Counter()
     print(f"ledger: {sum(reasons.values()):,} records not kept as trajectories "

@@ -20,20 +20,22 @@ from .tokens import TokenCounter
 STAGES = ("reasoning_gate", "format", "unpaired", "think_then_stop", "recommend_count", "recommend_arguments",
           "structural_score", "exact_duplicate", "near_duplicate", "axis_b", "over_budget", "problem_cap")
 
-def passes_checks(row: dict, s: FilterSettings) -> bool:
+def passes_checks(row: dict, s: FilterSettings, structural: bool = True) -> bool:
     """Does a row pass every per-trajectory check before deduplication (its own judge score, format,
-    four rejects, score floor)?"""
+    four rejects, score floor)? `structural=False`: every one but the structural filter's score floor."""
     return (reasoning_gate(row["judge_quality"], s.min_quality)
             and not (row["format_problems"] or row["unpaired"] or row["think_then_stop"])
-            and row["recommend_calls"] == 1 and not row["recommend_problems"] and row["score"] >= s.min_score)
+            and row["recommend_calls"] == 1 and not row["recommend_problems"]
+            and (not structural or row["score"] >= s.min_score))
 
 
-def might_keep(row: dict, s: FilterSettings) -> bool:
+def might_keep(row: dict, s: FilterSettings, structural: bool = True) -> bool:
     """Could this trace reach the token budget? It `passes_checks` and is not Axis B by its proxy log (text
-    evidence needs the other traces)."""
-    if not passes_checks(row, s): return False
-    return not row["log"] or (row["action_turns"] > 0
-                              and row["authored_turns"] / row["action_turns"] >= s.min_authored_share)
+    evidence needs the other traces). `structural=False`: any trace that passes the other checks might, since
+    without the structural filter nothing drops Axis B."""
+    if not passes_checks(row, s, structural): return False
+    return not structural or not row["log"] or (row["action_turns"] > 0
+                                                and row["authored_turns"] / row["action_turns"] >= s.min_authored_share)
 
 
 def trajectory_features(traj: dict, s: FilterSettings, known_ids=None, counter: TokenCounter | None = None) -> dict:
@@ -101,10 +103,12 @@ def _over_cap(df, order: list, cap: int) -> list:
     return over
 
 # %% ../../nbs/04_structural_filter/06_filter.ipynb #d43bec3a
-def apply_stages(df, s: FilterSettings, signatures: dict | None = None):
+def apply_stages(df, s: FilterSettings, signatures: dict | None = None, structural: bool = True):
     """The rows `df` (from `trajectory_features`) with `templated_share`, `axis`, `evidence`, `authored_share`, `stage`,
     `duplicate_of` and `near_similarity` (the highest estimated similarity to a better-ranked trace, for traces
-    that reach near dedup) added."""
+    that reach near dedup) added. `structural=False`: without the structural filter, i.e. no `structural_score` and
+    no `axis_b` drop, every other stage as it is (the unfiltered split); the rows it keeps then need token counts and
+    signatures as `might_keep` and `passes_checks` say with `structural=False`. `df` itself is not changed."""
     import pandas as pd
     if not len(df):  # every record rejected upstream: nothing to decide, but the caller still gets the decided columns
         return df.assign(**{c: pd.Series(dtype=t) for c, t in (("templated_share", float), ("axis", object),
@@ -133,20 +137,23 @@ def apply_stages(df, s: FilterSettings, signatures: dict | None = None):
     drop(df["think_then_stop"], "think_then_stop")
     drop(df["recommend_calls"] != 1, "recommend_count")
     drop(df["recommend_problems"] > 0, "recommend_arguments")
-    drop(df["score"] < s.min_score, "structural_score")
+    if structural: drop(df["score"] < s.min_score, "structural_score")
     order = [i for i in rank_order(df) if alive[df.index.get_loc(i)]]
     _mark_exact_duplicates(df, order)
     drop(df["duplicate_of"].notna(), "exact_duplicate")
     order = [i for i in order if alive[df.index.get_loc(i)]]
     if signatures is not None and order:
         tid = df["trajectory_id"]
+        unsigned = [tid[i] for i in order if tid[i] not in signatures]
+        if unsigned: raise ValueError(f"apply_stages: {len(unsigned)} traces reach near dedup without a MinHash signature, "
+                                      f"e.g. {unsigned[0]} (see passes_checks)")
         sim = {}
         dup = near_duplicates([tid[i] for i in order], [signatures[tid[i]] for i in order], s.near_threshold,
                               s.num_perm, sim)
         df.loc[order, "duplicate_of"] = [dup.get(tid[i]) for i in order]
         df.loc[order, "near_similarity"] = [round(sim.get(tid[i], 0.0), 4) for i in order]
         drop(df["duplicate_of"].notna() & (df["stage"] == "kept"), "near_duplicate")
-    drop(df["axis"] != "A", "axis_b")
+    if structural: drop(df["axis"] != "A", "axis_b")
     missing = alive & df["n_tokens"].isna().to_numpy()
     if missing.any(): raise ValueError(f"apply_stages: {int(missing.sum())} traces reach the token budget without a "
                                        "token count (see might_keep)")

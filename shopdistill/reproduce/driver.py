@@ -5,14 +5,14 @@
 # %% auto #0
 __all__ = ['CHAPTER_PATTERN', 'NOTEBOOK_PATTERN', 'KEY_PACKAGES', 'DEFAULT_SKIP_FLAGS', 'RUN_FLAGS', 'KERNEL_WARNINGS',
            'MODEL_CHAPTERS', 'REGENERATE', 'ReproduceError', 'find_chapters', 'notebook_name', 'notebook_matches',
-           'select_chapters', 'normalise_flags', 'skip_flags', 'prepare_notebook', 'notebook_digest',
+           'select_chapters', 'normalise_flags', 'skip_flags', 'prepare_notebook', 'code_digest', 'notebook_digest',
            'package_versions', 'chapter_inputs', 'read_manifest', 'write_manifest', 'plan', 'ChapterFailed',
            'failure_from_output', 'git_state', 'tidy_outputs', 'strip_directives', 'injected', 'render_html',
            'run_lock', 'execute', 'profile_checks', 'require_ready', 'write_settings', 'published_folders', 'reproduce',
            'write_record', 'check_published']
 
 # %% ../../nbs/99_reproduce/02_driver.ipynb #e82a2c4f
-import hashlib, json, os, platform, re, subprocess, threading, time
+import ast, hashlib, json, os, platform, re, subprocess, threading, time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
@@ -30,7 +30,7 @@ from .doctor import gpu_needed, preflight, preflight_report
 
 # %% ../../nbs/99_reproduce/02_driver.ipynb #0afc5a40
 CHAPTER_PATTERN = re.compile(r"[0-8][0-9]_[^.]+")  # a chapter's folder (or single notebook), NN in 00..89
-NOTEBOOK_PATTERN = re.compile(r"[0-9][0-9]_.+\.ipynb")  # a notebook inside a chapter's folder
+NOTEBOOK_PATTERN = re.compile(r"[0-9][0-9][a-z]?_.+\.ipynb")  # a notebook inside a chapter's folder ("05a_" sits between 05 and 06)
 KEY_PACKAGES = ("numpy", "torch", "transformers", "trl", "datasets", "papermill", "nbdev")
 DEFAULT_SKIP_FLAGS = ("notest",)  # nbdev's own default `tst_flags`
 # Cells flagged `#| reproduce` build a chapter's outputs at the profile's size (a season, a corpus, a training stage):
@@ -123,16 +123,41 @@ def prepare_notebook(src, dest, flags=(), skip=None) -> int:
     nbformat.write(nb, dest)
     return n
 
-# %% ../../nbs/99_reproduce/02_driver.ipynb #f2ab13b1
+# %% ../../nbs/99_reproduce/02_driver.ipynb #aebed019
+def _drop_docstrings(tree):
+    "`tree` without the docstrings of its functions and classes (a docstring is documentation, not behaviour)."
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.body \
+                and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant) \
+                and isinstance(n.body[0].value.value, str):
+            n.body = n.body[1:] or [ast.Pass()]
+    return tree
+
+
+def code_digest(source: str) -> list:
+    """What a code cell runs, as a value to hash: its nbdev directives (they decide where and whether it runs) and
+    its statements' syntax trees without comments, layout or docstrings, so a formatter or a reworded docstring
+    changes nothing; a cell that is not plain Python (an IPython magic) by its text."""
+    directives = [l.strip() for l in source.splitlines() if l.lstrip().startswith("#|")]
+    try: return [directives, [ast.dump(s) for s in _drop_docstrings(ast.parse(source)).body]]
+    except SyntaxError: return [directives, [source]]
+
+# %% ../../nbs/99_reproduce/02_driver.ipynb #529dc389
 def _sha(obj) -> str:
     "sha256 of `obj` written as canonical JSON."
     return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
 def notebook_digest(path) -> str:
-    "A hash of a notebook's cells as written: type, source and tags, not outputs or other metadata."
-    nb = nbformat.read(path, as_version=4)
-    return _sha([[c.cell_type, c.source, sorted(c.get("metadata", {}).get("tags", []))] for c in nb.cells])
+    """A hash of what a notebook runs: its code cells' `code_digest`s and tags, not their outputs, other metadata or
+    the notebook's prose, which no output depends on (a reworded paragraph leaves a run's results current). Code
+    cells in a row with the same directives and tags count as one, so a cell split in two is the same code."""
+    nb, runs = nbformat.read(path, as_version=4), []
+    for c in (c for c in nb.cells if c.cell_type == "code"):
+        (directives, statements), tags = code_digest(c.source), sorted(c.get("metadata", {}).get("tags", []))
+        if runs and runs[-1][:2] == [directives, tags]: runs[-1][2] += statements
+        else: runs.append([directives, tags, statements])
+    return _sha(runs)
 
 
 def package_versions() -> dict:
@@ -144,7 +169,7 @@ def package_versions() -> dict:
         except metadata.PackageNotFoundError: out[name] = None
     return out
 
-
+# %% ../../nbs/99_reproduce/02_driver.ipynb #24693c7d
 def chapter_inputs(chapters, config_digest: str, flags=(), skip=(), version=None) -> dict:
     """For each notebook (by name): the parts of its cache key and the `key` itself, chained through the notebooks
     before it. `config_digest` is the profile's `Settings.digest()`: its effective settings,
@@ -162,6 +187,7 @@ def chapter_inputs(chapters, config_digest: str, flags=(), skip=(), version=None
 _WHY = {"cells": "its cells changed", "config": "the profile's settings changed", "flags": "the flags changed",
         "skip_flags": "tst_flags changed", "version": "the package version changed",
         "before": "an earlier notebook changed"}
+
 
 def _why_stale(recorded: dict, current: dict) -> str:
     """Why a notebook's recorded key parts differ from its current ones (an earlier notebook's change only when nothing

@@ -21,7 +21,7 @@ from ..sandbox.scoring import score_task
 from ..training.evalstats import (paired_bootstrap, pass_at_k, per_problem, stage_row, success_by_problem,
                                             wilson)
 from ..training.evaluation import read_episodes
-from ..training.grpo import END_OF_TURN, sample_turns
+from ..training.grpo import sample_turns
 from ..training.rendering import tool_schemas_for_training
 from ..training.rewards import jaccard, parse_turn, step_reward_parts, teacher_calls, turn_ended
 from ..training.teacher import teacher_trajectory

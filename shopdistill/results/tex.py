@@ -88,7 +88,7 @@ def booktabs(columns: list[str], rows: list[list[str]], caption: str, label: str
 
 # %% ../../nbs/07_results/01_tex.ipynb #028d6538
 # a number standing on its own: not part of a name (Qwen3-4B, GPT-4.1, pass@8, stages 1-3) or a command
-_NUMBER = re.compile(r"(?<![\w@.\-+\\])[-+]?\d[\d,]*(?:\.\d+)?(?![\w@\-])")
+_NUMBER = re.compile(r"(?<![\w@.\-+\\])[-+]?\d+(?:,\d{3})*(?:\.\d+)?(?![\w@\-])")  # "0, and": a 0, not "0,"
 
 def numbers_in_tex(text: str) -> list[str]:
     "The numbers a LaTeX text shows, leaving out labels, environment arguments, comments and command names."

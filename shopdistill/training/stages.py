@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['TIMED_CHAPTERS', 'StageResult', 'Context', 'load_context', 'StageJob', 'require_policy', 'record_timing',
-           'trained_settings', 'stage_eval', 'run_base', 'stage1_rows', 'run_stage1', 'run_stage2', 'run_stage3',
-           'run_stage4', 'stage_table', 'stage_differences', 'stage_timing', 'stage_frame']
+           'trained_settings', 'stage_eval', 'run_base', 'stage1_conversations', 'stage1_rows', 'run_stage1',
+           'run_stage2', 'run_stage3', 'run_stage4', 'stage_table', 'stage_differences', 'stage_timing', 'stage_frame']
 
 # %% ../../nbs/05_supervised_stack/14_stage_table.ipynb #7a036c8a
 import json
@@ -13,20 +13,20 @@ import math
 import random
 import time
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Callable
 from ..core.files import write_json
 from ..core.run import Run, StageFolder, TrainFolder
 from ..sandbox.profile import load_sandbox
 from .evalstats import paired_bootstrap
 from .evaluation import (evaluate_stage, evaluation_problems, heldout_problems, open_problems,
                                              read_episodes, reuse_evaluation)
-from .kto import KtoSettings, corpus_desirable, kto_episodes, kto_stage
+from .kto import corpus_desirable, kto_episodes, kto_stage
 from .policy import load_policy
 from .rejection import rejection_problems, rejection_resample
 from .settings import TrainSettings
-from .sft import corpus_rows, per_problem_rows, sft, sweep_lr
-from .teacher import teacher_sft
+from .sft import corpus_rows, sft, sweep_lr
+from .substrates import (outside_clusters, rendered_tokens, substrate_conversations,
+                                             substrate_diversity, substrate_split)
+from .teacher import teacher_sft, teacher_step_cap, teacher_trajectory
 from .trainer import is_main_process, shared_result
 
 # %% ../../nbs/05_supervised_stack/14_stage_table.ipynb #55ecb07f
@@ -141,35 +141,63 @@ def run_base(job: StageJob) -> StageResult:
     return StageResult(job.label, job.settings.base, stage_eval(job, job.settings.base))
 
 # %% ../../nbs/05_supervised_stack/14_stage_table.ipynb #75f41aa2
+def stage1_conversations(job: StageJob) -> tuple[list, dict]:
+    """Stage 1's conversations under the job's `sft.substrate` and what they are (`substrates.substrate_conversations`):
+    the corpus's train conversations of `sft.categories` (`sft.per_problem` per problem at most), or an arm of as many
+    drawn from the run's unfiltered or lifted split (none in a leak cluster of the evaluated problems), or the
+    reference agent's successes on the same problems."""
+    c, ts = job.ctx, job.settings
+    arm, source, trajectory, left_out = ts.sft.substrate, None, None, {}
+    if arm in ("unfiltered", "lifted"):
+        source, out = outside_clusters(substrate_split(c.run.corpus(), arm)["train"], c.bank, c.eval_problems)
+        left_out = {"left_out_in_eval_clusters": out}
+    elif arm == "synthesizer":
+        by_id, cap = {p["id"]: p for p in c.bank}, teacher_step_cap(ts)
+        trajectory = lambda pid: teacher_trajectory(by_id[pid], c.engine, cap) if pid in by_id else None
+    convs, info = substrate_conversations(ts.sft, c.corpus["train"], source, trajectory)
+    return convs, {**info, **left_out}
+
+
 def stage1_rows(job: StageJob, tok) -> list[dict]:
-    """Stage 1's SFT rows: the corpus's train conversations of `sft.categories` (`sft.per_problem` per problem at
-    most), for the job's settings."""
-    ts = job.settings
-    return corpus_rows(per_problem_rows([x for x in job.ctx.corpus["train"] if x["category"] in ts.sft.categories],
-                                        ts.sft.per_problem), tok)
+    "Stage 1's SFT rows: its conversations (`stage1_conversations`) rendered for `tok`."
+    return corpus_rows(stage1_conversations(job)[0], tok)
 
-
+# %% ../../nbs/05_supervised_stack/14_stage_table.ipynb #1c3628ee
 def _sweep_best(s1: StageFolder) -> float:
     "The learning rate stage 1's sweep chose; the other processes of a launch wait for the main one to write it."
     def missing(): raise FileNotFoundError(f"{s1.sweep_result} is missing: stage 1's sweep did not finish")
     return shared_result(s1.sweep_result, missing, lambda p: float(json.loads(p.read_text())["best"]))
 
 
+def _sweep(job: StageJob, tok, rows: list[dict]) -> None:
+    """Stage 1's learning-rate sweep into the job's `sweep.json`. A variant whose sweep settings are the main line's
+    learns at the rate the main line chose: an arm is not tuned on its own rows."""
+    ts, s1, c = job.settings, job.folder, job.ctx
+    main = None if job.main_line else c.run.stage(job.name)
+    if main and main.sweep_result.is_file() and (ts.sft.lr_sweep, ts.sft.lr) == (c.ts.sft.lr_sweep, c.ts.sft.lr):
+        chosen = json.loads(main.sweep_result.read_text())
+    else:
+        chosen = {str(k): v for k, v in sweep_lr(lambda: load_policy(ts.base, ts)[0], tok, rows,
+                                                 corpus_rows(c.corpus["eval"], tok), ts, s1.sweep).items()}
+    if is_main_process(): write_json(s1.make().sweep_result, chosen)
+
+
 def run_stage1(job: StageJob) -> StageResult:
-    """Stage 1, SFT of `train.base` (the job's settings: the `train` section) on the corpus at the sweep's learning
-    rate, into the job's folder unless it has a policy; its result."""
+    """Stage 1, SFT of `train.base` (the job's settings: the `train` section) on its conversations
+    (`stage1_conversations`) at the sweep's learning rate, into the job's folder unless it has a policy; its result,
+    whose record says what it trained on (also the folder's `substrate.json`, with the diversity of its conversations)."""
     ts, s1 = job.settings, job.folder
     policy, tok = load_policy(ts.base, ts)
-    rows = stage1_rows(job, tok)
+    convs, substrate = stage1_conversations(job)
+    rows = corpus_rows(convs, tok)
     if not s1.has_policy:
-        if not s1.sweep_result.exists():
-            sweep = sweep_lr(lambda: load_policy(ts.base, ts)[0], tok, rows,
-                             corpus_rows(job.ctx.corpus["eval"], tok), ts, s1.sweep)
-            if is_main_process(): write_json(s1.make().sweep_result, {str(k): v for k, v in sweep.items()})
+        if not s1.sweep_result.exists(): _sweep(job, tok, rows)
         sft(policy, tok, rows, replace(ts, sft=replace(ts.sft, lr=_sweep_best(s1))), s1)
     # the sweep's winner, handed on (a policy made before the sweep was recorded has none to hand on)
     lr, record = _sweep_best(s1) if s1.sweep_result.is_file() else None, {"corpus": len(rows)}
     if not is_main_process(): return StageResult(job.label, str(s1.policy), None, record, lr)
+    record["substrate"] = {**substrate, **rendered_tokens(tok, rows, ts.max_length)}
+    write_json(s1.make().substrate, {**record["substrate"], "diversity": substrate_diversity(convs)})
     record["train_seconds"] = json.loads(s1.train_log.read_text())["train_seconds"]
     record_timing(job, {job.name: round(record["train_seconds"], 1)})
     return StageResult(job.label, str(s1.policy), stage_eval(job, str(s1.policy)), record, lr)
