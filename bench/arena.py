@@ -9,6 +9,7 @@ worker process, and the firehose's size. Usage:
 
 Without --out the season goes to a temporary folder that is deleted afterwards.
 """
+
 import argparse
 import json
 import shutil
@@ -30,23 +31,52 @@ def main(argv=None):
     args = ap.parse_args(argv)
     cfg = load_config(args.profile)
     # 32 hotkeys x 3 validators x 30 suite problems a day, plus the race: about 3,500 traces a day, so ~42 days
-    st = replace(cfg.arena_traces, days=80, miners={"subtask": 14, "agentic": 12, "decoy": 6}, validators=3, eligible_runs=2, workers=args.workers)
+    st = replace(
+        cfg.arena_traces,
+        days=80,
+        miners={"subtask": 14, "agentic": 12, "decoy": 6},
+        validators=3,
+        eligible_runs=2,
+        workers=args.workers,
+    )
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="arena-bench-"))
     t0 = time.time()
     try:
-        s = simulate_season(cfg.run, st, cfg.arena, cfg.catalog, cfg.search, cfg.tasks, cfg.scoring, out_dir=out, workers=args.workers,
-                            stop_at_traces=args.traces, progress=True)
+        s = simulate_season(
+            cfg.run,
+            st,
+            cfg.arena,
+            cfg.catalog,
+            cfg.search,
+            cfg.tasks,
+            cfg.scoring,
+            out_dir=out,
+            workers=args.workers,
+            stop_at_traces=args.traces,
+            progress=True,
+        )
     finally:
-        if not args.out: shutil.rmtree(out, ignore_errors=True)
+        if not args.out:
+            shutil.rmtree(out, ignore_errors=True)
     wall = time.time() - t0
-    rows = [("traces", f"{s['traces']:,}"), ("days simulated", len(s["days"])), ("agent versions", s["versions"]),
-            ("worker processes", s["workers"]), ("wall seconds (with setup)", f"{wall:.0f}"), ("setup seconds", s["seconds"]["setup"]),
-            ("traces / second (season)", f"{s['traces_per_second']:.0f}"), ("peak RSS parent (MB)", s["peak_rss_mb"]["parent"]),
-            ("peak RSS largest worker (MB)", s["peak_rss_mb"]["largest_worker"]), ("firehose (MB, gzip)", f"{s['firehose_bytes'] / 1e6:.0f}"),
-            ("bytes / trace (gzip)", f"{s['firehose_bytes'] / max(1, s['traces']):.0f}"), ("shards", len(s["shards"]))]
+    rows = [
+        ("traces", f"{s['traces']:,}"),
+        ("days simulated", len(s["days"])),
+        ("agent versions", s["versions"]),
+        ("worker processes", s["workers"]),
+        ("wall seconds (with setup)", f"{wall:.0f}"),
+        ("setup seconds", s["seconds"]["setup"]),
+        ("traces / second (season)", f"{s['traces_per_second']:.0f}"),
+        ("peak RSS parent (MB)", s["peak_rss_mb"]["parent"]),
+        ("peak RSS largest worker (MB)", s["peak_rss_mb"]["largest_worker"]),
+        ("firehose (MB, gzip)", f"{s['firehose_bytes'] / 1e6:.0f}"),
+        ("bytes / trace (gzip)", f"{s['firehose_bytes'] / max(1, s['traces']):.0f}"),
+        ("shards", len(s["shards"])),
+    ]
     w = max(len(k) for k, _ in rows)
     print("\narena season benchmark")
-    for k, v in rows: print(f"  {k:<{w}}  {v}")
+    for k, v in rows:
+        print(f"  {k:<{w}}  {v}")
     print(json.dumps({k: v for k, v in rows}))
 
 

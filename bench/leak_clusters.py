@@ -4,6 +4,7 @@ Usage: python bench/leak_clusters.py [--sizes 100,300,1000,3000]   (sizes = base
 Prints one row per size: problems, seconds to build the bank and to cluster it (with gold, and text only on
 problems stripped of their gold), the scores, and the clustering time per 1,000 problems.
 """
+
 import argparse, time
 
 import pandas as pd
@@ -28,11 +29,19 @@ def run(n_tasks: int, seed: int = 0) -> dict:
     t2 = time.perf_counter()
     text = pairwise_scores(leak_clusters([strip_gold(p) for p in bank]), truth)
     t3 = time.perf_counter()
-    return {"base tasks": n_tasks, "problems": len(bank), "build s": round(t1 - t0, 2), "cluster s": round(t2 - t1, 2),
-            "P": round(full["precision"], 4), "R": round(full["recall"], 4), "F1": round(full["f1"], 4),
-            "text-only s": round(t3 - t2, 2), "text-only F1": round(text["f1"], 4),
-            "cluster s / 1k problems": round(1000 * (t2 - t1) / len(bank), 3),
-            "rss MiB": round(psutil.Process().memory_info().rss / 2**20)}
+    return {
+        "base tasks": n_tasks,
+        "problems": len(bank),
+        "build s": round(t1 - t0, 2),
+        "cluster s": round(t2 - t1, 2),
+        "P": round(full["precision"], 4),
+        "R": round(full["recall"], 4),
+        "F1": round(full["f1"], 4),
+        "text-only s": round(t3 - t2, 2),
+        "text-only F1": round(text["f1"], 4),
+        "cluster s / 1k problems": round(1000 * (t2 - t1) / len(bank), 3),
+        "rss MiB": round(psutil.Process().memory_info().rss / 2**20),
+    }
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 `python docs/readme.py` writes README.md; `python docs/readme.py --check` exits 1 when README.md differs from what the
 notebook gives (CI runs it). The site's home page is the same Markdown (`docs/docsite.py`).
 """
+
 import argparse
 import json
 import re
@@ -24,8 +25,10 @@ def _outputs_text(cell) -> str:
     "A code cell's text outputs as a fenced block (streams and plain-text results; images and HTML are left to the site)."
     parts = []
     for o in cell.get("outputs", []):
-        if o.get("output_type") == "stream": parts.append(o["text"])
-        elif "text/plain" in o.get("data", {}): parts.append(o["data"]["text/plain"])
+        if o.get("output_type") == "stream":
+            parts.append(o["text"])
+        elif "text/plain" in o.get("data", {}):
+            parts.append(o["data"]["text/plain"])
     text = "".join(parts).rstrip("\n")
     return f"```\n{text}\n```" if text else ""
 
@@ -42,13 +45,18 @@ def record_sentence(record: Path | None = None) -> str:
     r = json.loads(record.read_text())
     m, secs = r["machine"], r["seconds"]
     chapters = ", ".join(f"{k}: {_minutes(v)}" for k, v in secs.items() if k != "total")
-    exts = ", ".join(e for e in m["vector_extensions"] if e.startswith(("avx", "amx"))) or "none of AVX, AVX-512 or AMX"
+    exts = (
+        ", ".join(e for e in m["vector_extensions"] if e.startswith(("avx", "amx")))
+        or "none of AVX, AVX-512 or AMX"
+    )
     dirty = " with uncommitted changes" if r["git"].get("dirty") else ""
-    return (f"The committed `figures/` and `paper/generated/` come from a `{r['profile']}` reproduction of commit "
-            f"`{r['git']['commit'][:10]}`{dirty}, whose notebooks ran for {_minutes(secs['total'])} in all ({chapters}) on "
-            f"{m['cores']} cores of {m['cpu']} ({exts}; {m['memory_gib']} GiB), Python {r['python']}, torch {r['packages'].get('torch')}. "
-            f"Its record, `paper/generated/reproduction.json`, holds each notebook's inputs and time, the effective settings, the versions "
-            f"and the sha256 of every published file; `make check-results` says whether a reproduction of the current commit would change them.")
+    return (
+        f"The committed `figures/` and `paper/generated/` come from a `{r['profile']}` reproduction of commit "
+        f"`{r['git']['commit'][:10]}`{dirty}, whose notebooks ran for {_minutes(secs['total'])} in all ({chapters}) on "
+        f"{m['cores']} cores of {m['cpu']} ({exts}; {m['memory_gib']} GiB), Python {r['python']}, torch {r['packages'].get('torch')}. "
+        f"Its record, `paper/generated/reproduction.json`, holds each notebook's inputs and time, the effective settings, the versions "
+        f"and the sha256 of every published file; `make check-results` says whether a reproduction of the current commit would change them."
+    )
 
 
 def index_markdown(index: Path = INDEX) -> str:
@@ -56,13 +64,17 @@ def index_markdown(index: Path = INDEX) -> str:
     nb = nbformat.read(index, as_version=4)
     blocks = []
     for c in nb.cells:
-        if c.cell_type == "markdown": blocks.append(c.source.strip("\n"))
+        if c.cell_type == "markdown":
+            blocks.append(c.source.strip("\n"))
         elif c.cell_type == "code":
-            if re.search(r"^#\|\s*hide\b", c.source, re.M): continue
+            if re.search(r"^#\|\s*hide\b", c.source, re.M):
+                continue
             src = strip_directives(c.source)
-            if src: blocks.append(f"```python\n{src}\n```")
+            if src:
+                blocks.append(f"```python\n{src}\n```")
             out = _outputs_text(c)
-            if out: blocks.append(out)
+            if out:
+                blocks.append(out)
     return ("\n\n".join(b for b in blocks if b) + "\n").replace(RECORD_MARK, record_sentence())
 
 
@@ -73,13 +85,18 @@ def readme_text(index: Path = INDEX) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="README.md from nbs/index.ipynb")
-    ap.add_argument("--check", action="store_true", help="exit 1 if README.md is not what nbs/index.ipynb gives")
+    ap.add_argument(
+        "--check", action="store_true", help="exit 1 if README.md is not what nbs/index.ipynb gives"
+    )
     a = ap.parse_args(argv)
     want = readme_text()
     if a.check:
         have = README.read_text() if README.exists() else ""
         if have != want:
-            print("readme: README.md is out of date with nbs/index.ipynb: edit the notebook, run `make readme` and commit both", file=sys.stderr)
+            print(
+                "readme: README.md is out of date with nbs/index.ipynb: edit the notebook, run `make readme` and commit both",
+                file=sys.stderr,
+            )
             return 1
         print("readme: README.md is in sync with nbs/index.ipynb")
         return 0

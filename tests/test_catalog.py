@@ -1,10 +1,21 @@
 "Catalog generator, loaders and the on-disk store."
-import gzip, json, statistics
+
+import json, statistics
 from collections import Counter
 
 import pytest
 
-from shopdistill.sandbox.catalog import SERVICES, PRODUCT_FIELDS, Catalog, generate_catalog, indexed_text, iter_catalog_file, load_catalog, save_catalog_store, write_catalog
+from shopdistill.sandbox.catalog import (
+    SERVICES,
+    PRODUCT_FIELDS,
+    Catalog,
+    generate_catalog,
+    indexed_text,
+    iter_catalog_file,
+    load_catalog,
+    save_catalog_store,
+    write_catalog,
+)
 from shopdistill.core.ledger import Ledger
 
 
@@ -28,7 +39,9 @@ def test_schema(products):
         assert set(p["service"]) <= set(SERVICES)
         assert 1 <= len(p["sku_options"]) <= 9
         assert all(isinstance(o, dict) for o in p["sku_options"].values())
-        assert all(isinstance(v, list) and all(x == x.lower() for x in v) for v in p["attributes"].values())
+        assert all(
+            isinstance(v, list) and all(x == x.lower() for x in v) for v in p["attributes"].values()
+        )
     ids = [int(p["product_id"]) for p in products]
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
 
@@ -38,7 +51,9 @@ def test_realism(products):
     shops = Counter(p["shop_id"] for p in products)
     assert sum(c >= 4 for c in shops.values()) >= 20  # shop tasks need shops with 2-4 products
     titles = Counter(p["title"] for p in products)
-    assert sum(c for c in titles.values() if c > 1) / len(products) > 0.1  # many near-duplicate listings
+    assert (
+        sum(c for c in titles.values() if c > 1) / len(products) > 0.1
+    )  # many near-duplicate listings
     prices = sorted(p["price"] for p in products)
     assert prices[len(prices) // 2] < statistics.mean(prices)  # log-normal: mean above median
     sold = [p["sold_count"] for p in products]
@@ -54,7 +69,8 @@ def test_indexed_text_is_title_options_attributes(products):
     t = indexed_text(p)
     assert t.startswith(p["title"])
     for o in p["sku_options"].values():
-        for v in o.values(): assert v in t
+        for v in o.values():
+            assert v in t
     assert p["description"] not in t
 
 
@@ -78,33 +94,63 @@ def test_round_trip_gz_and_store(tmp_path, products):
 def test_upstream_document_lines(tmp_path, products):
     "The real documents.jsonl carries {'id', 'contents', 'product'}; bare product lines work too."
     f = tmp_path / "mixed.jsonl"
-    f.write_text(json.dumps({"id": products[0]["product_id"], "contents": "x", "product": products[0]}) + "\n"
-                 + json.dumps(products[1]) + "\n")
-    assert [p["product_id"] for p in iter_catalog_file(f)] == [products[0]["product_id"], products[1]["product_id"]]
+    f.write_text(
+        json.dumps({"id": products[0]["product_id"], "contents": "x", "product": products[0]})
+        + "\n"
+        + json.dumps(products[1])
+        + "\n"
+    )
+    assert [p["product_id"] for p in iter_catalog_file(f)] == [
+        products[0]["product_id"],
+        products[1]["product_id"],
+    ]
 
 
 def test_normalisation_of_raw_fields(tmp_path):
-    raw = {"product_id": 123, "title": "A &amp; B", "price": "12.5", "sold_count": None, "shop_id": 7,
-           "sku_options": [{"Color": "Red"}], "attributes": {"Material": "Cotton"}, "service": "COD, freeShipping, unknown"}
-    f = tmp_path / "raw.jsonl"; f.write_text(json.dumps(raw) + "\n")
+    raw = {
+        "product_id": 123,
+        "title": "A &amp; B",
+        "price": "12.5",
+        "sold_count": None,
+        "shop_id": 7,
+        "sku_options": [{"Color": "Red"}],
+        "attributes": {"Material": "Cotton"},
+        "service": "COD, freeShipping, unknown",
+    }
+    f = tmp_path / "raw.jsonl"
+    f.write_text(json.dumps(raw) + "\n")
     (p,) = list(iter_catalog_file(f))
-    assert p["product_id"] == "123" and p["title"] == "A & B" and p["price"] == 12.5 and p["sold_count"] == 0
-    assert p["sku_options"] == {"1": {"color": "red"}} and p["attributes"] == {"material": ["cotton"]}
+    assert (
+        p["product_id"] == "123"
+        and p["title"] == "A & B"
+        and p["price"] == 12.5
+        and p["sold_count"] == 0
+    )
+    assert p["sku_options"] == {"1": {"color": "red"}} and p["attributes"] == {
+        "material": ["cotton"]
+    }
     assert p["service"] == ["freeShipping", "COD"] and p["shop_id"] == "7"
 
 
-@pytest.mark.parametrize("line,reason", [
-    ("{not json", "bad_json"),
-    ('{"product": {"product_id": "x1", "title": "t", "price": 1}}', "bad_product"),
-    ('{"product": {"product_id": "1", "title": "", "price": 1}}', "bad_product"),
-    ('{"product": {"product_id": "1", "title": "t", "price": "cheap"}}', "bad_product"),
-    ('{"product": {"product_id": "1", "title": "t", "price": -3}}', "bad_product"),
-    ('{"product": {"product_id": "1", "title": "t", "price": 1, "sku_options": 5}}', "bad_product"),
-    ('[1, 2]', "bad_product"),
-])
+@pytest.mark.parametrize(
+    "line,reason",
+    [
+        ("{not json", "bad_json"),
+        ('{"product": {"product_id": "x1", "title": "t", "price": 1}}', "bad_product"),
+        ('{"product": {"product_id": "1", "title": "", "price": 1}}', "bad_product"),
+        ('{"product": {"product_id": "1", "title": "t", "price": "cheap"}}', "bad_product"),
+        ('{"product": {"product_id": "1", "title": "t", "price": -3}}', "bad_product"),
+        (
+            '{"product": {"product_id": "1", "title": "t", "price": 1, "sku_options": 5}}',
+            "bad_product",
+        ),
+        ("[1, 2]", "bad_product"),
+    ],
+)
 def test_malformed_lines_go_to_the_ledger(tmp_path, line, reason):
     good = json.dumps({"product_id": "5", "title": "ok", "price": 2})
-    f = tmp_path / "c.jsonl"; f.write_text(good + "\n" + line + "\n" + good.replace('"5"', '"6"') + "\n")
+    f = tmp_path / "c.jsonl"
+    f.write_text(good + "\n" + line + "\n" + good.replace('"5"', '"6"') + "\n")
     lg = Ledger()
     ids = [p["product_id"] for p in iter_catalog_file(f, lg)]
     assert ids == ["5", "6"]
@@ -122,13 +168,20 @@ def test_duplicates_truncated_gzip_and_bad_unicode(tmp_path, products):
     lg = Ledger()
     got = list(iter_catalog_file(tmp_path / "t.jsonl.gz", lg))
     assert 0 < len(got) < 50 and set(lg.reasons()) & {"unreadable", "bad_json"}
-    (tmp_path / "u.jsonl").write_bytes(b'{"product_id": "1", "title": "ok", "price": 1}\n\xff\xfe bad\n')
+    (tmp_path / "u.jsonl").write_bytes(
+        b'{"product_id": "1", "title": "ok", "price": 1}\n\xff\xfe bad\n'
+    )
     lg = Ledger()
-    assert len(list(iter_catalog_file(tmp_path / "u.jsonl", lg))) == 1 and lg.reasons() == {"bad_unicode": 1}
+    assert len(list(iter_catalog_file(tmp_path / "u.jsonl", lg))) == 1 and lg.reasons() == {
+        "bad_unicode": 1
+    }
 
 
 def test_load_errors_name_the_path(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nope.jsonl"): load_catalog(tmp_path / "nope.jsonl")
+    with pytest.raises(FileNotFoundError, match="nope.jsonl"):
+        load_catalog(tmp_path / "nope.jsonl")
     (tmp_path / "empty_dir").mkdir()
-    with pytest.raises(FileNotFoundError, match="not a catalog store"): load_catalog(tmp_path / "empty_dir")
-    with pytest.raises(ValueError, match="duplicate"): Catalog([{"product_id": "1"}, {"product_id": "1"}])
+    with pytest.raises(FileNotFoundError, match="not a catalog store"):
+        load_catalog(tmp_path / "empty_dir")
+    with pytest.raises(ValueError, match="duplicate"):
+        Catalog([{"product_id": "1"}, {"product_id": "1"}])

@@ -1,9 +1,12 @@
 "The script that checks a refactor moved no result: it sees a moved number, a lost key, and ignores timings."
+
 import importlib.util
 import json
 from pathlib import Path
 
-_spec = importlib.util.spec_from_file_location("compare_results", Path(__file__).resolve().parents[1] / "bench" / "compare_results.py")
+_spec = importlib.util.spec_from_file_location(
+    "compare_results", Path(__file__).resolve().parents[1] / "bench" / "compare_results.py"
+)
 cr = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cr)
 
@@ -19,6 +22,7 @@ def test_a_moved_number_an_added_and_a_dropped_key_are_differences(tmp_path):
     b = {"stage.base.asr": 0.26, "new.key": 2, "stage.s.seed.1.asr": 0.5}
     d = cr.compare(a, b, allow_new=["stage.s.seed."])
     assert (d["changed"], d["added"], d["dropped"]) == (["stage.base.asr"], ["new.key"], ["gone"])
-    (tmp_path / "a.json").write_text(json.dumps(a)); (tmp_path / "b.json").write_text(json.dumps(b))
+    (tmp_path / "a.json").write_text(json.dumps(a))
+    (tmp_path / "b.json").write_text(json.dumps(b))
     assert cr.main([str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 1
     assert cr.main([str(tmp_path / "a.json"), str(tmp_path / "a.json")]) == 0

@@ -1,6 +1,7 @@
 """`shopdistill doctor`: the preflight of a profile, every problem at once. In CI it passes on a copy of the full profile
 (full.yaml with a local tiny model and small files at the paths the full profile names, GPU declared not required), and on a
 machine without a GPU it lists what the full profile lacks; `reproduce` and `train --stage` refuse to start such a profile."""
+
 import pytest
 import yaml
 
@@ -20,13 +21,30 @@ def full_here(tmp_path_factory):
     from shopdistill.sandbox.tasks import save_tasks
     from shopdistill.training.policy import load_policy, save_policy
     from shopdistill.training.settings import TinySettings, TrainSettings
+
     d = tmp_path_factory.mktemp("full-here")
     cat = Catalog.from_records(list(generate_catalog(300, seed=0)))
     write_catalog(cat, d / "documents.jsonl.gz")
-    save_tasks(synthesize_tasks(cat, {"product": 3}, seed=0), d / "tasks" / "synthesize_product_test.jsonl")
-    save_policy(*load_policy("tiny", TrainSettings(tiny=TinySettings(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, bpe_vocab=400))), d / "model")
+    save_tasks(
+        synthesize_tasks(cat, {"product": 3}, seed=0), d / "tasks" / "synthesize_product_test.jsonl"
+    )
+    save_policy(
+        *load_policy(
+            "tiny",
+            TrainSettings(
+                tiny=TinySettings(
+                    hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, bpe_vocab=400
+                )
+            ),
+        ),
+        d / "model",
+    )
     cfg = yaml.safe_load((repo_root() / "configs" / "full.yaml").read_text())
-    cfg["catalog"]["path"], cfg["tasks"]["path"], cfg["normalise"]["traces_path"] = str(d / "documents.jsonl.gz"), str(d / "tasks"), str(ROWS)
+    cfg["catalog"]["path"], cfg["tasks"]["path"], cfg["normalise"]["traces_path"] = (
+        str(d / "documents.jsonl.gz"),
+        str(d / "tasks"),
+        str(ROWS),
+    )
     cfg["train"]["base"] = cfg["filter"]["tokenizer"] = str(d / "model")
     cfg["scoring"]["similarity"], cfg["judge"]["backend"] = "offline", "proxy"
     cfg["train"]["rollout"]["backend"], cfg["grpo"]["use_vllm"] = "transformers", False
@@ -38,7 +56,9 @@ def full_here(tmp_path_factory):
 def test_the_preflight_passes_on_a_copy_of_the_full_profile_made_here(full_here, capsys):
     assert main(["doctor", "--profile", str(full_here)]) == 0
     out = capsys.readouterr().out
-    assert "skipped  GPU: not required by this profile" in out and out.rstrip().endswith("profile full_here: ready")
+    assert "skipped  GPU: not required by this profile" in out and out.rstrip().endswith(
+        "profile full_here: ready"
+    )
     assert [r["check"] for r in profile_checks(load_config(full_here)) if r["ok"] is False] == []
 
 
@@ -49,13 +69,22 @@ def test_the_full_profile_dry_run_passes_here(capsys):
 
 def test_every_problem_of_the_full_profile_is_listed_at_once(capsys, tmp_path, monkeypatch):
     import torch
-    if torch.cuda.is_available(): pytest.skip("a GPU machine: the full profile's GPU check may pass here")
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU machine: the full profile's GPU check may pass here")
     monkeypatch.setenv("SHOPDISTILL_RUNS", str(tmp_path))
     assert main(["doctor", "--profile", "full"]) == 1
     out = capsys.readouterr().out
-    missing = [l.split(":")[0].split(None, 1)[1] for l in out.splitlines() if l.startswith("MISSING")]
-    assert {"GPU", "catalog", "traces"} <= set(missing), out  # the GPU, the ShoppingBench catalog, the SN15 traces: all at once
+    missing = [
+        l.split(":")[0].split(None, 1)[1] for l in out.splitlines() if l.startswith("MISSING")
+    ]
+    assert {"GPU", "catalog", "traces"} <= set(missing), (
+        out
+    )  # the GPU, the ShoppingBench catalog, the SN15 traces: all at once
     assert out.count("   fix: ") == len(missing)
-    with pytest.raises(ReproduceError, match="MISSING  GPU"): require_ready(load_config("full"))
-    assert main(["train", "--profile", "full", "--stage", "sft"]) == 1  # refused before any work: no run folder is made
+    with pytest.raises(ReproduceError, match="MISSING  GPU"):
+        require_ready(load_config("full"))
+    assert (
+        main(["train", "--profile", "full", "--stage", "sft"]) == 1
+    )  # refused before any work: no run folder is made
     assert not (tmp_path / "full").exists()

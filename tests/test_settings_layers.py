@@ -1,6 +1,7 @@
 """The layers of the settings (bench/settings_layers.py): defaults are the paper's values, full.yaml names only the machine
 (paths, models, backends, hardware), smoke.yaml and ci.yaml list only what they change, each on one screen; and the
 effective settings of every profile are pinned by their digests."""
+
 import importlib.util
 from pathlib import Path
 
@@ -8,7 +9,9 @@ import pytest
 
 from shopdistill.reproduce.settings import load_config
 
-_spec = importlib.util.spec_from_file_location("settings_layers", Path(__file__).resolve().parents[1] / "bench" / "settings_layers.py")
+_spec = importlib.util.spec_from_file_location(
+    "settings_layers", Path(__file__).resolve().parents[1] / "bench" / "settings_layers.py"
+)
 layers = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(layers)
 
@@ -43,7 +46,9 @@ def test_full_writes_no_training_hyperparameter():
 
 def test_the_hyperparameter_guard_can_fail(tmp_path):
     p = tmp_path / "f.yaml"
-    p.write_text("catalog: {path: x}\ntrain:\n  base: b\n  sft: {lr: 1.0e-5}\n  rollout: {backend: vllm, step_cap: 30}\nkto: {beta: 0.02}\n")
+    p.write_text(
+        "catalog: {path: x}\ntrain:\n  base: b\n  sft: {lr: 1.0e-5}\n  rollout: {backend: vllm, step_cap: 30}\nkto: {beta: 0.02}\n"
+    )
     assert layers.hyperparameters_in(p) == ["train.sft.lr", "train.rollout.step_cap", "kto.beta"]
 
 

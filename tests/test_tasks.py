@@ -1,4 +1,5 @@
 """Tests for shopdistill.sandbox.task_synthesis: the schema, the loaders (ShoppingBench JSONL, SN15 suites), the synthesiser."""
+
 import json
 import math
 from pathlib import Path
@@ -8,15 +9,33 @@ import pytest
 
 from shopdistill.sandbox.catalog import generate_catalog
 from shopdistill.core.ledger import Ledger
-from shopdistill.sandbox.tasks import PRICE_MODES, TaskFormatError, category_from_filename, load_tasks, normalise_task, save_tasks, task_id, to_upstream, validate_task
-from shopdistill.sandbox.task_synthesis import _price_constraint, query_length_stats, sample_gold, synthesize_tasks, voucher_terms
+from shopdistill.sandbox.tasks import (
+    PRICE_MODES,
+    TaskFormatError,
+    category_from_filename,
+    load_tasks,
+    normalise_task,
+    save_tasks,
+    task_id,
+    to_upstream,
+    validate_task,
+)
+from shopdistill.sandbox.task_synthesis import (
+    _price_constraint,
+    query_length_stats,
+    sample_gold,
+    synthesize_tasks,
+    voucher_terms,
+)
 from shopdistill.mechanics.paraphrase import voucher_block
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data" / "shoppingbench"
 REAL = {c: SHARED / f"synthesize_{c}_test.jsonl" for c in ("product", "shop", "voucher")}
-needs_shared = pytest.mark.skipif(not all(p.exists() for p in REAL.values()),
-                                  reason=f"public ShoppingBench task files not found under {SHARED} (../shared absent)")
+needs_shared = pytest.mark.skipif(
+    not all(p.exists() for p in REAL.values()),
+    reason=f"public ShoppingBench task files not found under {SHARED} (../shared absent)",
+)
 
 
 def _gold(pid="123", **kw):
@@ -25,9 +44,18 @@ def _gold(pid="123", **kw):
 
 def _product(pid, shop="s1", price=250.0, title="Acme Leather Belt Brown", **kw):
     "A tiny product dict in the catalog schema, for hand-made test catalogs."
-    base = {"product_id": pid, "shop_id": shop, "brand": "Acme", "category": "Fashion > Accessories > Belts", "title": title,
-            "price": price, "sold_count": 0, "sku_options": {"1": {"color_family": "brown", "size": "m"}},
-            "attributes": {"material": ["leather"]}, "service": ["COD"]}
+    base = {
+        "product_id": pid,
+        "shop_id": shop,
+        "brand": "Acme",
+        "category": "Fashion > Accessories > Belts",
+        "title": title,
+        "price": price,
+        "sold_count": 0,
+        "sku_options": {"1": {"color_family": "brown", "size": "m"}},
+        "attributes": {"material": ["leather"]},
+        "service": ["COD"],
+    }
     base.update(kw)
     return base
 
@@ -39,7 +67,11 @@ def catalog():
 
 @pytest.fixture(scope="module")
 def real():
-    return {c: load_tasks(p) for c, p in REAL.items()} if all(p.exists() for p in REAL.values()) else None
+    return (
+        {c: load_tasks(p) for c, p in REAL.items()}
+        if all(p.exists() for p in REAL.values())
+        else None
+    )
 
 
 # ---------------------------------------------------------------- real files
@@ -87,12 +119,25 @@ def test_category_from_shape_without_file_name_hint(real, tmp_path):
 # ---------------------------------------------------------------- SN15 suites
 def _suite_problem(i, category="Product"):
     reward = _gold(str(1000 + i), price=[{"between": [10, 20]}])
-    rec = {"query": f"Find item {i}", "reward": reward if category == "Product" else [reward, _gold(str(2000 + i))],
-           "category": category, "difficulty": "easy", "title": f"{category} {i}"}
+    rec = {
+        "query": f"Find item {i}",
+        "reward": reward if category == "Product" else [reward, _gold(str(2000 + i))],
+        "category": category,
+        "difficulty": "easy",
+        "title": f"{category} {i}",
+    }
     if category == "Voucher":
         rec["reward"] = [{k: v for k, v in g.items() if k != "price"} for g in rec["reward"]]
-        rec["voucher"] = {"voucher_type": "platform", "threshold": 100, "discount_type": "percentage", "face_value": None,
-                          "discount": 0.2, "cap": 50, "price_after_voucher": 160.0, "budget": 170}
+        rec["voucher"] = {
+            "voucher_type": "platform",
+            "threshold": 100,
+            "discount_type": "percentage",
+            "face_value": None,
+            "discount": 0.2,
+            "cap": 50,
+            "price_after_voucher": 160.0,
+            "budget": 170,
+        }
     return rec
 
 
@@ -163,7 +208,9 @@ def test_ledger_lists_every_bad_line_and_loads_the_rest(tmp_path):
     assert len(tasks) == 1
     assert [e["line"] for e in lg.entries] == list(range(2, len(BAD_LINES) + 1))
     assert all(e["reason"] == "bad_task" and e["detail"] for e in lg.entries)
-    assert len(tasks) + len(lg) == len(BAD_LINES)  # blank lines are not records; nothing else vanishes
+    assert len(tasks) + len(lg) == len(
+        BAD_LINES
+    )  # blank lines are not records; nothing else vanishes
 
 
 def test_suite_item_errors_name_the_item(tmp_path):
@@ -171,15 +218,18 @@ def test_suite_item_errors_name_the_item(tmp_path):
     f.write_text(json.dumps([_suite_problem(1), {"query": "x", "reward": [], "category": "Shop"}]))
     with pytest.raises(TaskFormatError, match=r"suite.json:item 2: reward"):
         load_tasks(f)
-    (tmp_path / "broken.json").write_text("[{\"query\": ")
+    (tmp_path / "broken.json").write_text('[{"query": ')
     with pytest.raises(TaskFormatError, match="not valid JSON"):
         load_tasks(tmp_path / "broken.json")
 
 
 def test_duplicate_ids_get_suffixes(tmp_path):
     f = _write(tmp_path, "dups.jsonl", [{"query": "same", "reward": _gold()}] * 3)
-    assert [t["id"] for t in load_tasks(f)] == [task_id("product", "same"), task_id("product", "same") + "~2",
-                                                task_id("product", "same") + "~3"]
+    assert [t["id"] for t in load_tasks(f)] == [
+        task_id("product", "same"),
+        task_id("product", "same") + "~2",
+        task_id("product", "same") + "~3",
+    ]
 
 
 def test_category_from_filename():
@@ -201,8 +251,12 @@ def test_synthesis_is_deterministic_and_seeded(catalog):
     assert a != synthesize_tasks(catalog, {"product": 20, "shop": 10, "voucher": 10}, seed=6)
     # each category has its own stream: asking for more shop tasks leaves product and voucher tasks alone
     b = synthesize_tasks(catalog, {"product": 20, "shop": 12, "voucher": 10}, seed=5)
-    assert [t for t in a if t["category"] == "product"] == [t for t in b if t["category"] == "product"]
-    assert [t for t in a if t["category"] == "shop"] == [t for t in b if t["category"] == "shop"][:10]
+    assert [t for t in a if t["category"] == "product"] == [
+        t for t in b if t["category"] == "product"
+    ]
+    assert [t for t in a if t["category"] == "shop"] == [t for t in b if t["category"] == "shop"][
+        :10
+    ]
 
 
 def test_price_constraint_strictly_contains_the_price():
@@ -210,7 +264,7 @@ def test_price_constraint_strictly_contains_the_price():
     seen = set()
     for price in np.concatenate([rng.uniform(0.5, 20, 300), rng.lognormal(5, 1.5, 3000)]):
         for c in _price_constraint(float(price), rng):
-            (mode, (lo, hi)), = c.items()
+            ((mode, (lo, hi)),) = c.items()
             seen.add(mode)
             assert isinstance(lo, int) and lo >= 0 and lo < price
             assert hi is None or (isinstance(hi, int) and price < hi)
@@ -227,7 +281,8 @@ def test_voucher_terms_arithmetic_over_many_draws():
         if total < 100:
             assert v is None
             continue
-        if v is None: continue
+        if v is None:
+            continue
         kinds.add(v["discount_type"])
         thr = v["threshold"]
         assert int(total * 0.1) <= thr <= int(total * 0.9) and thr <= total
@@ -254,9 +309,10 @@ def test_sample_gold_keeps_only_true_facts(catalog):
         fields |= set(g)
         assert g["product_id"] == p["product_id"] and g["title"] == [p["title"]]
         assert len(g.get("sku_options", [])) <= 1
-        for o in g.get("sku_options", []): assert o in p["sku_options"].values()
+        for o in g.get("sku_options", []):
+            assert o in p["sku_options"].values()
         for a in g.get("attributes", []):
-            (k, vs), = a.items()
+            ((k, vs),) = a.items()
             assert len(vs) == 1 and vs[0] in p["attributes"][k]
         assert set(g.get("service", [])) <= set(p["service"])
         assert len(g.get("price", [])) <= 1
@@ -274,25 +330,39 @@ def test_synthesised_task_invariants(catalog, seed):
         golds = t["reward"] if isinstance(t["reward"], list) else [t["reward"]]
         prods = [by_id[g["product_id"]] for g in golds]
         ids = [g["product_id"] for g in golds]
-        assert not golds_seen & set(ids); golds_seen |= set(ids)
-        assert t["query"] not in queries; queries.add(t["query"])
+        assert not golds_seen & set(ids)
+        golds_seen |= set(ids)
+        assert t["query"] not in queries
+        queries.add(t["query"])
         for g, p in zip(golds, prods):
             assert p["title"] not in t["query"]  # described, never quoted
             for c in g.get("price", []):
-                (mode, (lo, hi)), = c.items()
+                ((mode, (lo, hi)),) = c.items()
                 assert lo < p["price"] and (hi is None or p["price"] < hi)
         if t["category"] == "shop":
             assert 2 <= len(golds) <= 4 and len({p["shop_id"] for p in prods}) == 1
         if t["category"] == "voucher":
-            v = t["voucher"]; vtypes.add(v["voucher_type"])
+            v = t["voucher"]
+            vtypes.add(v["voucher_type"])
             assert all("price" not in g for g in golds)
             total = sum(p["price"] for p in prods)
             assert total >= 100 and v["threshold"] <= total
             assert v["price_after_voucher"] <= v["budget"]
-            assert abs(v["price_after_voucher"] - (total - v["face_value"] if v["discount_type"] == "fixed"
-                                                   else max(total * (1 - v["discount"]), total - v["cap"]))) < 1e-6
-            if v["voucher_type"] == "shop": assert 2 <= len(golds) <= 4 and len({p["shop_id"] for p in prods}) == 1
-            else: assert 1 <= len(golds) <= 4
+            assert (
+                abs(
+                    v["price_after_voucher"]
+                    - (
+                        total - v["face_value"]
+                        if v["discount_type"] == "fixed"
+                        else max(total * (1 - v["discount"]), total - v["cap"])
+                    )
+                )
+                < 1e-6
+            )
+            if v["voucher_type"] == "shop":
+                assert 2 <= len(golds) <= 4 and len({p["shop_id"] for p in prods}) == 1
+            else:
+                assert 1 <= len(golds) <= 4
             assert t["query"].endswith("\n\n" + voucher_block(v))
         else:
             assert "My budget is only" not in t["query"]
@@ -301,7 +371,9 @@ def test_synthesised_task_invariants(catalog, seed):
 
 def test_query_lengths_near_upstream(catalog):
     stats = query_length_stats(synthesize_tasks(catalog, 150, seed=11))
-    assert 13 <= stats["product"] <= 23 and 45 <= stats["shop"] <= 75 and 75 <= stats["voucher"] <= 105
+    assert (
+        13 <= stats["product"] <= 23 and 45 <= stats["shop"] <= 75 and 75 <= stats["voucher"] <= 105
+    )
 
 
 def test_queries_use_varied_openers_and_service_words(catalog):
@@ -316,7 +388,9 @@ def test_queries_use_varied_openers_and_service_words(catalog):
 
 
 def test_price_modes_setting(catalog):
-    tasks = synthesize_tasks(catalog, {"product": 80}, seed=0, price_modes=("greater than", "between"))
+    tasks = synthesize_tasks(
+        catalog, {"product": 80}, seed=0, price_modes=("greater than", "between")
+    )
     modes = {m for t in tasks for c in t["reward"].get("price", []) for m in c}
     assert modes == {"greater than", "between"}
 
@@ -331,8 +405,16 @@ def test_too_small_catalog_raises_clearly():
 
 
 def test_synthesis_over_plain_product_lists_without_leaf_knowledge():
-    prods = [_product(str(5000 + i), shop=f"s{i % 3}", price=80.0 + 10 * i, category="Home > Kitchen > Cooking Pots",
-                      title=f"Brand{i} Nonstick Cooking Pot {i}") for i in range(30)]
+    prods = [
+        _product(
+            str(5000 + i),
+            shop=f"s{i % 3}",
+            price=80.0 + 10 * i,
+            category="Home > Kitchen > Cooking Pots",
+            title=f"Brand{i} Nonstick Cooking Pot {i}",
+        )
+        for i in range(30)
+    ]
     tasks = synthesize_tasks(prods, {"product": 5, "shop": 3, "voucher": 3}, seed=0)
     assert len(tasks) == 11
     assert all("cooking pot" in t["query"].lower() for t in tasks if t["category"] == "product")

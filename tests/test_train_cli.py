@@ -1,5 +1,6 @@
 """`shopdistill train --dry-run`: the full profile's trainers are built (on the tiny model) in CI, so a broken
 full configuration fails here rather than on a GPU node."""
+
 import re
 from pathlib import Path
 
@@ -21,7 +22,12 @@ def full_rows():
 def test_full_profile_builds_every_trainer(full_rows):
     "One row per trainer, each naming the stages it serves from the recipe's list (`core.run.RECIPE`)."
     built = {r["stages"]: r for r in full_rows if r["trainer"] != "note"}
-    assert set(built) == {"S1 SFT, S2 rejection re-SFT, S3 teacher-SFT", "S4 KTO", "S5 Dr. GRPO", "S5 outcome GRPO"}
+    assert set(built) == {
+        "S1 SFT, S2 rejection re-SFT, S3 teacher-SFT",
+        "S4 KTO",
+        "S5 Dr. GRPO",
+        "S5 outcome GRPO",
+    }
     sft = built["S1 SFT, S2 rejection re-SFT, S3 teacher-SFT"]
     assert sft["lora"] is True and sft["max_length"] == 14_336
     assert built["S4 KTO"]["beta"] == pytest.approx(0.02)
@@ -42,6 +48,7 @@ def test_a_broken_full_profile_is_caught(tmp_path):
 
 def test_cli_dry_run_prints_a_summary(capsys):
     from shopdistill.reproduce.cli import main
+
     assert main(["train", "--profile", "smoke", "--dry-run"]) == 0
     assert "trainers built, nothing trained" in capsys.readouterr().out
 
@@ -50,6 +57,7 @@ def test_train_reads_its_profile_once(monkeypatch, capsys):
     "`shopdistill train` hands the settings it checked to the driver instead of the driver reading the YAML again."
     import shopdistill.reproduce.cli as cli
     import shopdistill.reproduce.driver as driver
+
     reads = []
     counted = lambda load: lambda *a, **k: reads.append(a[0]) or load(*a, **k)
     monkeypatch.setattr(cli, "load_config", counted(cli.load_config))

@@ -12,56 +12,115 @@ from ..core.commands import UsageError, command
 from ..core.run import TrajectoriesFolder
 from .build import build_corpus
 
+
 # %% ../../nbs/04_structural_filter/10_cli.ipynb #998fa056
 def _corpus_arguments(p):
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    b = sub.add_parser("build",
-                       help="normalise and judge trace files (chapter 03), then filter, split and write the corpus "
-                            "(chapter 04)")
-    b.add_argument("--traces", required=True, help="trace files: a glob (quote it), a folder or a file")
-    b.add_argument("--out", required=True,
-                   help="output folder: trajectories/ and the corpus (dataset/, steps/, parquet/, README.md)")
-    b.add_argument("--profile", default="smoke",
-                   help="profile whose filter, corpus, normalise and judge settings to use (default: smoke)")
-    b.add_argument("--problems", default="auto",
-                   help="bank or task file with gold answers (default: bank.jsonl next to the traces)")
-    b.add_argument("--catalog", default=None,
-                   help="catalog for the recommended-id check (default: the profile's filter.catalog)")
-    b.add_argument("--judge", default=None,
-                   help="judge backend: proxy, openai, transformers, none (default: the profile's)")
-    b.add_argument("--workers", type=int, default=None, help="processes (default: the profile's corpus.workers)")
-    b.add_argument("--force", action="store_true", help="rebuild even when inputs and settings are unchanged")
+    b = sub.add_parser(
+        "build",
+        help="normalise and judge trace files (chapter 03), then filter, "
+        "split and write the corpus (chapter 04)",
+    )
+    b.add_argument(
+        "--traces", required=True, help="trace files: a glob (quote it), a folder or a file"
+    )
+    b.add_argument(
+        "--out",
+        required=True,
+        help="output folder: trajectories/ and the corpus (dataset/, steps/, parquet/, README.md)",
+    )
+    b.add_argument(
+        "--profile",
+        default="smoke",
+        help="profile whose filter, corpus, normalise and judge settings to use (default: smoke)",
+    )
+    b.add_argument(
+        "--problems",
+        default="auto",
+        help="bank or task file with gold answers (default: bank.jsonl next to the traces)",
+    )
+    b.add_argument(
+        "--catalog",
+        default=None,
+        help="catalog for the recommended-id check (default: the profile's filter.catalog)",
+    )
+    b.add_argument(
+        "--judge",
+        default=None,
+        help="judge backend: proxy, openai, transformers, none (default: the profile's)",
+    )
+    b.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="processes (default: the profile's corpus.workers)",
+    )
+    b.add_argument(
+        "--force", action="store_true", help="rebuild even when inputs and settings are unchanged"
+    )
 
 
-@command("corpus",
-         "build the training corpus from trace files: normalise, judge, filter, split, write (chapters 03-04)",
-         _corpus_arguments, settings=True)
+# %% ../../nbs/04_structural_filter/10_cli.ipynb #c95dce4e
+@command(
+    "corpus",
+    "build the training corpus from trace files: normalise, judge, filter, split, "
+    "write (chapters 03-04)",
+    _corpus_arguments,
+    settings=True,
+)
 def _corpus(args) -> int:
-    if args.workers is not None and args.workers < 1: raise UsageError("--workers must be at least 1")
+    if args.workers is not None and args.workers < 1:
+        raise UsageError("--workers must be at least 1")
     cfg = args.settings
-    s = build_corpus(cfg.run, cfg.filter, cfg.corpus, cfg.normalise, cfg.judge, cfg.arena.clusters, cfg.catalog,
-                     args.traces, args.out, problems=args.problems, catalog_file=args.catalog, judge_backend=args.judge,
-                     workers=args.workers, reuse=not args.force)
+    s = build_corpus(
+        cfg.run,
+        cfg.filter,
+        cfg.corpus,
+        cfg.normalise,
+        cfg.judge,
+        cfg.arena.clusters,
+        cfg.catalog,
+        args.traces,
+        args.out,
+        problems=args.problems,
+        catalog_file=args.catalog,
+        judge_backend=args.judge,
+        workers=args.workers,
+        reuse=not args.force,
+    )
     f = s["funnel"]
-    print(f"{s['inputs']:,} records -> {s['trajectories']:,} trajectories -> {f['train']:,} train + "
-          f"{f.get('eval', 0):,} eval "
-          f"({s['problems']['in_corpus']:,} problems, {s['problems']['clusters']:,} clusters); audit: "
-          f"{'empty' if not s['audit'] else str(len(s['audit'])) + ' findings'}; "
-          f"{s['seconds']['total']:.0f}s{' (reused)' if s.get('reused') else ''}")
+    print(
+        f"{s['inputs']:,} records -> {s['trajectories']:,} trajectories -> {f['train']:,} "
+        f"train + {f.get('eval', 0):,} eval ({s['problems']['in_corpus']:,} problems, "
+        f"{s['problems']['clusters']:,} clusters); audit: "
+        f"{'empty' if not s['audit'] else str(len(s['audit'])) + ' findings'}; "
+        f"{s['seconds']['total']:.0f}s{' (reused)' if s.get('reused') else ''}"
+    )
     print(f"corpus -> {s['out_dir']} (README.md, dataset/, steps/, parquet/)")
     if s.get("lift"):
         lf = s["lift"]
-        print(f"lifted: {lf['lifted']:,} of {lf['subtask']:,} sub-task trajectories "
-              f"({', '.join(f'{k} {v:,}' for k, v in lf['splits'].items())}) -> lifted/; the others by reason "
-              f"({', '.join(f'{k} {v:,}' for k, v in lf['ledger'].items()) or 'none'}) -> lift_ledger.jsonl")
+        print(
+            f"lifted: {lf['lifted']:,} of {lf['subtask']:,} sub-task trajectories "
+            f"({', '.join(f'{k} {v:,}' for k, v in lf['splits'].items())}) -> lifted/; the "
+            "others by reason "
+            f"({', '.join(f'{k} {v:,}' for k, v in lf['ledger'].items()) or 'none'}) -> "
+            "lift_ledger.jsonl"
+        )
     if s.get("unfiltered"):
         u = s["unfiltered"]
-        print(f"unfiltered: {u['rows']:,} trajectories without the structural filter "
-              f"({', '.join(f'{k} {v:,}' for k, v in u['splits'].items())}; Axis B {sum(u['axis_b'].values()):,}) -> unfiltered/; "
-              f"{u['seconds']['decide'] + u['seconds']['write']:.1f}s beyond the corpus")
+        print(
+            f"unfiltered: {u['rows']:,} trajectories without the structural filter "
+            f"({', '.join(f'{k} {v:,}' for k, v in u['splits'].items())}; Axis B "
+            f"{sum(u['axis_b'].values()):,}) -> unfiltered/; "
+            f"{u['seconds']['decide'] + u['seconds']['write']:.1f}s beyond the corpus"
+        )
     ledger = TrajectoriesFolder(s["trajectories_dir"]).ledger
-    reasons = Counter(json.loads(l)["reason"] for l in open(ledger)) if ledger.is_file() else Counter()
-    print(f"ledger: {sum(reasons.values()):,} records not kept as trajectories "
-          f"({', '.join(f'{k} {v}' for k, v in sorted(reasons.items())) or 'none'}), "
-          f"each with its file, line, reason and its row's id where it has one -> {ledger}")
+    reasons = (
+        Counter(json.loads(l)["reason"] for l in open(ledger)) if ledger.is_file() else Counter()
+    )
+    print(
+        f"ledger: {sum(reasons.values()):,} records not kept as trajectories "
+        f"({', '.join(f'{k} {v}' for k, v in sorted(reasons.items())) or 'none'}), "
+        f"each with its file, line, reason and its row's id where it has one -> {ledger}"
+    )
     return 0

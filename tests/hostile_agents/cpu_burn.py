@@ -3,4 +3,5 @@
 
 def agent_main(problem):
     n = 0
-    while True: n += 1
+    while True:
+        n += 1
