@@ -7,7 +7,7 @@
 #   make test         nbdev-test (every notebook, flagged cells skipped) then pytest
 #   make check-sync   CI only: notebooks are clean and the library is what they export (formatted)
 #   make export       after editing a notebook: nbdev-clean, nbdev-export, then ruff format the exported library
-#   make lint         ruff format --check and ruff check over the library, tests, bench/, docs/ and the notebooks
+#   make lint         ruff format --check and ruff check over the library, tests, bench/, docs/, tools/ and the notebooks
 #   make reproduce    run the chapters: PROFILE=smoke (default; writes figures/ and paper/generated/ with their record) |
 #                     ci (tiny sizes, what CI runs; writes only under runs/ci/) | full, ONLY="01 03", FLAGS="slow gpu", FORCE=1
 #   make check-results  are the committed figures/ and paper/generated/ what a smoke reproduction of this commit leaves?
@@ -96,8 +96,8 @@ export: env
 
 # the formatter and the linter, configured in pyproject.toml ([tool.ruff]); changes nothing
 lint: env
-	$(BIN)/ruff format --check shopdistill tests bench docs nbs
-	$(BIN)/ruff check shopdistill tests bench docs nbs
+	$(BIN)/ruff format --check shopdistill tests bench docs tools nbs
+	$(BIN)/ruff check shopdistill tests bench docs tools nbs
 
 reproduce: env
 	$(BIN)/shopdistill reproduce --profile $(PROFILE) $(if $(ONLY),--only $(ONLY)) $(if $(FLAGS),--flags "$(FLAGS)") $(if $(FORCE),--force)

@@ -28,14 +28,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from readme import index_markdown  # noqa: E402  (docs/readme.py: the index notebook as Markdown, shared with README.md)
 from shopdistill.core.run import Run, figures_dir, runs_root  # noqa: E402
-from shopdistill.reproduce.driver import (
+from shopdistill.reproduce.driver import (  # noqa: E402
     execute,
     find_chapters,
     injected,
+    is_export,
     notebook_name,
     prepare_notebook,
     strip_directives,
-)  # noqa: E402
+)
 
 # ---------------------------------------------------------------- cleaning an executed notebook for a reader
 
@@ -96,12 +97,9 @@ def clean_notebook(nb, roots=()):
     for c in nb.cells:
         if injected(c):
             continue
-        if c.cell_type == "raw" and c.source.lstrip().startswith(
-            "#|"
-        ):  # a code cell the run skipped (driver: `_as_raw`)
-            c = nbformat.v4.new_code_cell(
-                c.source, **({"id": c["id"]} if "id" in c else {})
-            )  # its own id: the same page on every build
+        # a code cell the run skipped (driver: `_as_raw`), under its own id: the same page on every build
+        if c.cell_type == "raw" and c.source.lstrip().startswith("#|"):
+            c = nbformat.v4.new_code_cell(c.source, **({"id": c["id"]} if "id" in c else {}))
         if c.cell_type == "code":
             if re.search(r"^#\|\s*hide\b", c.source, re.M):
                 continue
@@ -173,9 +171,8 @@ def _page_header(nb, module: str | None, source: str):
     "A line under the notebook's title: its module's API page and where the page's outputs come from."
     bits = [f"Module [`shopdistill.{module}`](../api/{module}.md)"] if module else []
     bits.append(source)
-    cell = nbformat.v4.new_markdown_cell(
-        "*" + " · ".join(bits) + "*", id="page-header"
-    )  # a fixed id: the same page on every build
+    # a fixed id: the same page on every build
+    cell = nbformat.v4.new_markdown_cell("*" + " · ".join(bits) + "*", id="page-header")
     at = next(
         (
             i + 1
@@ -225,11 +222,8 @@ def stage(
             f"run `make reproduce PROFILE={profile}` first"
         )
     nav, api = [{"Home": "index.md"}], {}
-    roots = (
-        Path(runs).absolute().parent,
-        ROOT,
-        nbs.absolute().parent,
-    )  # the checkout the run happened in, this one
+    # the checkout the run happened in, this one
+    roots = (Path(runs).absolute().parent, ROOT, nbs.absolute().parent)
 
     def page(src: Path, nb_path: Path, folder: str, note: str) -> dict:
         nb = clean_notebook(nbformat.read(nb_path, as_version=4), roots)
@@ -315,9 +309,8 @@ def _stage_index(docs: Path, index_nb: Path, figures: Path, chapters: dict):
             (docs / "figures").mkdir(exist_ok=True)
             shutil.copy2(figures / t.split("/", 1)[1], docs / t)
             return m.group(0)
-        return (
-            label  # a file of the repository that the site does not carry: its name, without a link
-        )
+        # a file of the repository that the site does not carry: its name, without a link
+        return label
 
     text = re.sub(r"(?<!!)\[([^\]]+)\]\(([^)\s]+)\)", link, text)
     text = re.sub(
@@ -410,9 +403,8 @@ def check(site: Path, chapters: dict[str, list[str]]) -> list[str]:
             problems.append(
                 f"{rel}: absolute path {text[m.start() : m.start() + 60].split('<')[0]!r}"
             )
-        if re.search(
-            r"IProgress not found\. Please|\bTqdmWarning\b", text
-        ):  # the warning, not its name
+        # the warning itself, not a page that names it (a demonstration of the filter that hides it)
+        if re.search(r"IProgress not found\. Please|\bTqdmWarning\b", text):
             problems.append(f"{rel}: a library warning is shown")
         if re.search(
             r"(?m)^\s*#\|\s*(export|exporti|reproduce|default_exp|hide|eval)\b",
@@ -520,7 +512,7 @@ def exported_names(notebook: Path) -> list[str]:
     "The public functions and classes a notebook's `#| export` cells define at their top level."
     names = []
     for c in nbformat.read(notebook, as_version=4).cells:
-        if c.cell_type == "code" and re.match(r"\s*#\|\s*export\b", c.source):
+        if c.cell_type == "code" and is_export(c.source):
             names += re.findall(r"^(?:async def|def|class) ([A-Za-z]\w*)", c.source, re.M)
     return names
 

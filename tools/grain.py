@@ -15,6 +15,8 @@ from pathlib import Path
 
 import nbformat
 
+from shopdistill.reproduce.driver import is_export  # the driver's rule: what goes into the library
+
 ROOT = Path(__file__).resolve().parents[1]
 # files and folders that lie beside the repository, never in it
 OUTSIDE = re.compile(
@@ -23,15 +25,6 @@ OUTSIDE = re.compile(
 NOT_PROSE = ("#", "|", "```", "-", "*", ">", "<")
 LONG_LINE = 100
 LONG_PARAGRAPH = 120
-
-
-def is_export(source: str) -> bool:
-    "Does a code cell go into the library?"
-    return any(
-        line.split()[:2] == ["#|", "export"]
-        for line in source.splitlines()
-        if line.startswith("#|")
-    )
 
 
 def code_lines(source: str) -> list[str]:

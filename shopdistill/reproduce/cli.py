@@ -25,6 +25,7 @@ from shopdistill.reproduce.driver import (
     run_lock,
     check_published,
     library_reruns,
+    recorded_inputs,
     notebook_matches,
     profile_checks,
     reproduce,
@@ -315,9 +316,12 @@ def _check_results_arguments(p):
     _check_results_arguments,
 )
 def _check_results(args) -> int:
-    problems = check_published(generated=args.generated, figures=args.figures)
-    record = GeneratedFolder(Path(args.generated) if args.generated else generated_dir()).record
-    rec = json.loads(record.read_text()) if record.is_file() else {}
+    generated = GeneratedFolder(Path(args.generated) if args.generated else generated_dir())
+    record = generated.record
+    # the record and this commit's keys, computed once for both questions below
+    state = recorded_inputs(generated) if record.is_file() else None
+    problems = check_published(generated=args.generated, figures=args.figures, state=state)
+    rec = state[0] if state else {}
     if problems:
         for line in _grouped(problems):
             print(f"  {line}")
@@ -331,7 +335,7 @@ def _check_results(args) -> int:
             }"""
         )
         return 1
-    m, reruns = rec["machine"], library_reruns(generated=args.generated)
+    m, reruns = rec["machine"], library_reruns(*state)
     runs = (
         f"would change none of its results ({len(reruns)} of its {len(rec['notebooks'])} notebooks "
         f"would run again for new demonstrations alone: library notebooks, which write nothing)"

@@ -23,7 +23,7 @@ __all__ = [
     "code_digest",
     "notebook_digest",
     "is_export",
-    "exports_digest",
+    "notebook_digests",
     "package_versions",
     "library_notebooks",
     "chapter_inputs",
@@ -47,6 +47,7 @@ __all__ = [
     "published_folders",
     "reproduce",
     "write_record",
+    "recorded_inputs",
     "check_published",
     "library_reruns",
 ]
@@ -259,10 +260,10 @@ def is_export(source: str) -> bool:
 
 
 # %% ../../nbs/99_reproduce/02_driver.ipynb #6f85a3c4
-def exports_digest(path) -> str:
-    "A hash of what a notebook adds to the library: its exported cells' `code_digest`s only."
-    nb = nbformat.read(path, as_version=4)
-    return _sha(_code_runs(c for c in nb.cells if c.cell_type == "code" and is_export(c.source)))
+def notebook_digests(path) -> tuple[str, str]:
+    "(`notebook_digest`, the same of its `#| export` cells only: what it adds to the library), read once."
+    code = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    return _sha(_code_runs(code)), _sha(_code_runs(c for c in code if is_export(c.source)))
 
 
 # %% ../../nbs/99_reproduce/02_driver.ipynb #fa171418
@@ -301,9 +302,10 @@ def chapter_inputs(
     out, before = {}, ""
     for c in chapters:
         n = notebook_name(c)
+        cells, exports = notebook_digests(c)
         parts = {
-            "cells": notebook_digest(c),
-            "exports": exports_digest(c),
+            "cells": cells,
+            "exports": exports,
             "config": config_digest,
             "flags": list(normalise_flags(flags)),
             "skip_flags": sorted(skip),
@@ -1127,7 +1129,7 @@ def write_record(
 
 
 # %% ../../nbs/99_reproduce/02_driver.ipynb #7a2e817a
-def _recorded_inputs(
+def recorded_inputs(
     generated: GeneratedFolder, nbs_dir=None, configs_dir=None
 ) -> tuple[dict, dict]:
     "(the record in `generated`, `chapter_inputs` of this commit's notebooks under its profile)."
@@ -1140,8 +1142,11 @@ def _recorded_inputs(
 
 
 # %% ../../nbs/99_reproduce/02_driver.ipynb #382579f3
-def check_published(*, generated=None, figures=None, nbs_dir=None, configs_dir=None) -> list[str]:
-    "Why the published `figures/` and `paper/generated/` are not current; empty when they are."
+def check_published(
+    *, generated=None, figures=None, nbs_dir=None, configs_dir=None, state=None
+) -> list[str]:
+    """Why the published `figures/` and `paper/generated/` are not current; empty when they are.
+    `state`: `recorded_inputs` of `generated`, when the caller has it."""
     generated = GeneratedFolder(Path(generated) if generated is not None else generated_dir())
     figures = Path(figures) if figures is not None else figures_dir()
     if not generated.record.is_file():
@@ -1149,7 +1154,7 @@ def check_published(*, generated=None, figures=None, nbs_dir=None, configs_dir=N
             f"{shown_path(generated.record, repo_root())} is missing: no reproduction "
             f"recorded these results"
         ]
-    rec, inputs = _recorded_inputs(generated, nbs_dir, configs_dir)
+    rec, inputs = state or recorded_inputs(generated, nbs_dir, configs_dir)
     # a library notebook's new demonstrations decide nothing published: only `passes` counts
     out = [
         f"{n}: would run again: "
@@ -1165,12 +1170,8 @@ def check_published(*, generated=None, figures=None, nbs_dir=None, configs_dir=N
 
 
 # %% ../../nbs/99_reproduce/02_driver.ipynb #7ad488dd
-def library_reruns(*, generated=None, nbs_dir=None, configs_dir=None) -> list[str]:
-    """The library notebooks a reproduction of this commit would run again for their demonstrations
-    alone: their keys changed, what they hand on did not, so no published result can."""
-    generated = GeneratedFolder(Path(generated) if generated is not None else generated_dir())
-    if not generated.record.is_file():
-        return []
-    rec, inputs = _recorded_inputs(generated, nbs_dir, configs_dir)
+def library_reruns(rec: dict, inputs: dict) -> list[str]:
+    """The library notebooks a reproduction would run again for their demonstrations alone (`rec`,
+    `inputs`: `recorded_inputs`): their keys changed, what they hand on did not, so no result can."""
     same = lambda n, v: rec["notebooks"].get(n, {}).get("passes") == v["passes"]
     return [n for n, v in inputs.items() if same(n, v) and rec["notebooks"][n]["key"] != v["key"]]
