@@ -250,13 +250,13 @@ def notebook_digest(path) -> str:
 
 
 # %% ../../nbs/99_reproduce/02_driver.ipynb #499db7e8
+# the directives nbdev exports a cell for, with or without a space after `#|`
+_EXPORTS = re.compile(r"^\s*#\|\s*export[ids]?\b", re.M)
+
+
 def is_export(source: str) -> bool:
-    "Does the code cell `source` go into the library (an `#| export` directive)?"
-    return any(
-        l.strip().split()[:2] == ["#|", "export"]
-        for l in source.splitlines()
-        if l.lstrip().startswith("#|")
-    )
+    "Does the code cell `source` go into the library (`#| export`, `exporti`, `exports`, `exportd`)?"
+    return _EXPORTS.search(source) is not None
 
 
 # %% ../../nbs/99_reproduce/02_driver.ipynb #6f85a3c4
