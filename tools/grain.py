@@ -32,12 +32,17 @@ def code_lines(source: str) -> list[str]:
     return [line for line in source.splitlines() if not line.startswith("#|")]
 
 
-def public_names(source: str) -> list[str]:
-    "The public functions and classes a cell defines at its top level (IPython magics are blanked first)."
+def python_tree(source: str) -> ast.Module:
+    "A code cell's syntax tree, its IPython lines (`!cmd`, `%magic`) blanked; an empty one where it is no Python."
     try:
-        tree = ast.parse(re.sub(r"^\s*[!%].*$", "", source, flags=re.M))
+        return ast.parse(re.sub(r"^\s*[!%].*$", "", source, flags=re.M))
     except SyntaxError:
-        return []
+        return ast.Module(body=[], type_ignores=[])
+
+
+def public_names(source: str) -> list[str]:
+    "The public functions and classes a cell defines at its top level."
+    tree = python_tree(source)
     defs = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
     return [n.name for n in tree.body if isinstance(n, defs) and not n.name.startswith("_")]
 
@@ -51,11 +56,8 @@ def paragraphs(markdown: str) -> list[str]:
 
 def shows_a_value(source: str) -> bool:
     "Does a demonstration show something: does it end in an expression (a value, `show_doc`, a plot), not a check?"
-    try:
-        tree = ast.parse(re.sub(r"^\s*[!%].*$", "", source, flags=re.M))
-    except SyntaxError:
-        return False
-    last = tree.body[-1] if tree.body else None
+    body = python_tree(source).body
+    last = body[-1] if body else None
     if not isinstance(last, ast.Expr):
         return False
     call = last.value.func if isinstance(last.value, ast.Call) else None
